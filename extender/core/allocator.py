@@ -1,0 +1,774 @@
+"""The structured DRA allocator (spec/dra-allocation.md §5-§12).
+
+``Allocator(claims, ...)`` is built once per pod scheduling attempt; ``allocate(node)`` is called
+once per candidate node and returns:
+
+- an ``Allocation`` (one ``AllocationResult`` per claim, same order) — the claims fit here;
+- ``None`` — they do not fit on this node (incomplete pools included);
+- raises ``NodeUnresolvable("invalid resource pools were encountered")`` — never on this node;
+- raises ``PodUnschedulable`` (or ``CelError``) with upstream's text — fatal for the attempt.
+
+The search is upstream's depth-first search with backtracking: claims in order, requests in order,
+``firstAvailable`` subrequests in priority order, devices in the deterministic 1.36 pool order, with
+the 1.36 "combinations" scan (each further slot of a request starts after the previous pick). Every
+pick is undone exactly on backtracking — constraint state, in-flight marks, shared counters and
+shared capacity — unlike upstream, which leaks counters on some rejection paths (§7.2 QUIRK).
+Deliberate differences from upstream are listed in docs/allocator.md.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from extender.core.capacity import capacity_fits, consumed_capacity
+from extender.core.cel import CelCompileError, CelRuntimeError, SelectorCache
+from extender.core.constraints import Constraint, build_constraint
+from extender.core.errors import CelError, NodeUnresolvable, PodUnschedulable
+from extender.core.model import (
+    ALLOCATION_MODE_ALL,
+    ALLOCATION_MODE_EXACT_COUNT,
+    CONFIG_SOURCE_CLAIM,
+    CONFIG_SOURCE_CLASS,
+    MAX_DEVICES_PER_CLAIM,
+    AllocatedState,
+    AllocationConfig,
+    AllocationResult,
+    Device,
+    DeviceClass,
+    DeviceID,
+    DeviceResult,
+    DeviceTaint,
+    DeviceToleration,
+    ExactRequest,
+    Features,
+    NodeInfo,
+    NodeSelector,
+    NodeSelectorRequirement,
+    NodeSelectorTerm,
+    ResourceClaim,
+    ResourceSlice,
+)
+from extender.core.pools import CounterKey, DeviceEntry, Pool, PoolNodeSelectionError, SliceSnapshot
+from extender.core.quantity import Quantity
+
+__all__ = [
+    "INVALID_POOLS",
+    "Allocation",
+    "Allocator",
+    "allocate_claims",
+    "taint_blocks",
+    "tolerates",
+]
+
+INVALID_POOLS = "invalid resource pools were encountered"
+
+_OK, _FAIL, _MAXSIZE = 0, 1, 2
+
+
+# --- taints ---------------------------------------------------------------------------------
+
+
+def tolerates(toleration: DeviceToleration, taint: DeviceTaint) -> bool:
+    """Whether one toleration matches one taint (spec §9)."""
+    if toleration.effect and toleration.effect != taint.effect:
+        return False
+    if toleration.key and toleration.key != taint.key:
+        return False
+    if toleration.operator == "Exists":
+        return True
+    if toleration.operator in ("Equal", ""):
+        return toleration.value == taint.value
+    return False
+
+
+def taint_blocks(taints: Iterable[DeviceTaint], tolerations: Sequence[DeviceToleration]) -> DeviceTaint | None:
+    """The first taint that blocks allocation (NoSchedule/NoExecute, not tolerated), else None."""
+    for taint in taints:
+        if taint.effect not in ("NoSchedule", "NoExecute"):
+            continue
+        if not any(tolerates(t, taint) for t in tolerations):
+            return taint
+    return None
+
+
+# --- results --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """A successful allocation of all claims on one node."""
+
+    node: str
+    results: tuple[AllocationResult, ...]
+    #: Per claim, the Device objects in the same order as ``results[i].devices``.
+    picked: tuple[tuple[Device, ...], ...]
+    #: Per claim, per request: the index of the chosen firstAvailable subrequest, else None.
+    chosen_subrequests: tuple[tuple[int | None, ...], ...]
+
+
+@dataclass(slots=True, eq=False)
+class _Request:
+    """Everything about one request or subrequest that does not depend on the node."""
+
+    claim_index: int
+    name: str  # "req" or "req/sub"
+    base: str  # "req"
+    sub: str | None  # "sub" or None
+    spec: ExactRequest
+    device_class: DeviceClass
+    admin: bool
+    #: (expression, error prefix) in evaluation order: class selectors, then request selectors.
+    selectors: tuple[tuple[str, str], ...]
+
+
+@dataclass(slots=True, eq=False)
+class _Pick:
+    request: _Request
+    entry: DeviceEntry
+    share_id: str | None
+    consumed: Mapping[str, Quantity] | None
+
+
+@dataclass(slots=True, eq=False)
+class _RequestPlan:
+    """A request (or subrequest) prepared for one node: how many devices, and for All which ones."""
+
+    request: _Request
+    count: int
+    all_devices: tuple[DeviceEntry, ...] | None  # None for ExactCount
+
+
+# --- the allocator --------------------------------------------------------------------------
+
+
+class Allocator:
+    """Allocates the devices of a pod's unallocated claims, one node at a time (see module doc)."""
+
+    def __init__(
+        self,
+        claims: Sequence[ResourceClaim],
+        *,
+        classes: Mapping[str, DeviceClass],
+        snapshot: SliceSnapshot,
+        allocated: AllocatedState | None = None,
+        features: Features = Features(),
+        selectors: SelectorCache | None = None,
+    ) -> None:
+        self.claims = tuple(claims)
+        self.classes = classes
+        self.snapshot = snapshot
+        self.allocated = allocated if allocated is not None else AllocatedState()
+        self.features = features
+        self.selectors = selectors if selectors is not None else SelectorCache(
+            consumable_capacity=features.consumable_capacity
+        )
+        self.search_steps = 0
+        # Node-independent preparation, done lazily so that errors surface from allocate() in
+        # upstream's order. Values are a _Request or the fatal error it must raise.
+        self._prepared: dict[tuple[int, int, int | None], _Request | PodUnschedulable] = {}
+        # Combined selector results per (request, slice): aligned with slice.devices.
+        self._selectable: dict[tuple[int, ResourceSlice], list[bool | PodUnschedulable]] = {}
+        # Shared counters left per counter set after other claims' allocations (per pool object).
+        self._available_counters: dict[tuple[int, CounterKey], dict[str, Quantity]] = {}
+
+    # -- public ---------------------------------------------------------------------------
+
+    def allocate(self, node: NodeInfo) -> Allocation | None:
+        self.search_steps = 0
+        try:
+            pools = self.snapshot.pools_for(node, self.features)
+        except PoolNodeSelectionError as exc:
+            raise PodUnschedulable(f"gather pool information: {exc}", node=node.name) from exc
+        search = _Search(self, node, pools)
+        outcome = search.run()
+        self.search_steps = search.steps
+        if outcome == _OK:
+            return search.build(node)
+        if any(p.invalid_reason is not None for p in pools):
+            raise NodeUnresolvable(INVALID_POOLS, node=node.name)
+        return None
+
+    # -- node-independent preparation ----------------------------------------------------
+
+    def prepared(self, c: int, r: int, s: int | None) -> _Request:
+        key = (c, r, s)
+        cached = self._prepared.get(key)
+        if cached is None:
+            try:
+                cached = self._prepare(c, r, s)
+            except PodUnschedulable as exc:
+                cached = exc
+            self._prepared[key] = cached
+        if isinstance(cached, PodUnschedulable):
+            raise cached
+        return cached
+
+    def _prepare(self, c: int, r: int, s: int | None) -> _Request:
+        claim = self.claims[c]
+        request = claim.requests[r]
+        spec = request.exactly if s is None else request.first_available[s]
+        assert spec is not None
+        name = request.name if s is None else f"{request.name}/{spec.name}"
+        where = f"claim {claim.key}, request {name}"
+        for i, expression in enumerate(spec.selectors):
+            if expression is None:
+                raise PodUnschedulable(
+                    f"{where}, selector #{i}: CEL expression empty (unsupported selector type?)", claim=claim.key
+                )
+        if spec.admin_access is not None and not self.features.admin_access:
+            raise PodUnschedulable(f"{where}: admin access is requested, but the feature is disabled", claim=claim.key)
+        if not spec.device_class_name:
+            raise PodUnschedulable(f"{where}: missing device class name (unsupported request type?)", claim=claim.key)
+        device_class = self.classes.get(spec.device_class_name)
+        if device_class is None:
+            raise PodUnschedulable(
+                f"{where}: could not retrieve device class {spec.device_class_name}: "
+                f'deviceclass.resource.k8s.io "{spec.device_class_name}" not found',
+                claim=claim.key,
+            )
+        if spec.allocation_mode not in (ALLOCATION_MODE_EXACT_COUNT, ALLOCATION_MODE_ALL):
+            raise PodUnschedulable(f"{where}: unsupported count mode {spec.allocation_mode}", claim=claim.key)
+        selectors: list[tuple[str, str]] = []
+        for i, expression in enumerate(device_class.selectors):
+            if expression is None:
+                raise PodUnschedulable(
+                    f"class {device_class.name}: selector #{i}: CEL expression empty (unsupported selector type?)",
+                    claim=claim.key,
+                )
+            selectors.append((expression, f"class {device_class.name}: selector #{i}"))
+        for i, expression in enumerate(spec.selectors):
+            assert expression is not None
+            selectors.append((expression, f"claim {claim.key}: selector #{i}"))
+        return _Request(
+            claim_index=c,
+            name=name,
+            base=request.name,
+            sub=None if s is None else spec.name,
+            spec=spec,
+            device_class=device_class,
+            admin=bool(spec.admin_access),
+            selectors=tuple(selectors),
+        )
+
+    # -- selection ----------------------------------------------------------------------
+
+    def selectable_in_slice(self, req: _Request, slice_: ResourceSlice) -> list[bool | PodUnschedulable]:
+        """Class + request selectors for every device of the slice, evaluated in upstream order
+        (stop at the first false). Errors are kept as values and raised when the device is reached."""
+        key = (id(req), slice_)
+        combined = self._selectable.get(key)
+        if combined is not None:
+            return combined
+        n = len(slice_.devices)
+        combined = [True] * n
+        pending = list(range(n))
+        for expression, prefix in req.selectors:
+            if not pending:
+                break
+            try:
+                results = self.selectors.results(expression, slice_)
+            except CelCompileError as exc:
+                error: PodUnschedulable = CelError(f"{prefix}: CEL compile error: {exc.message}")
+                for i in pending:
+                    combined[i] = error
+                pending = []
+                break
+            still: list[int] = []
+            for i in pending:
+                value = results[i]
+                if value is True:
+                    still.append(i)
+                elif value is False:
+                    combined[i] = False
+                else:
+                    assert isinstance(value, CelRuntimeError)
+                    combined[i] = CelError(f"{prefix}: CEL runtime error: {value.message}")
+            pending = still
+        if not self.features.device_binding_and_status:
+            for i, device in enumerate(slice_.devices):
+                if device.binding_conditions:
+                    combined[i] = False
+        self._selectable[key] = combined
+        return combined
+
+    def is_selectable(self, req: _Request, entry: DeviceEntry) -> bool:
+        value = self.selectable_in_slice(req, entry.slice)[entry.index]
+        if value is True:
+            return True
+        if value is False:
+            return False
+        raise value
+
+    def available_counters(self, pool: Pool) -> dict[CounterKey, dict[str, Quantity]]:
+        """Counters of the pool minus what devices allocated to other claims consume.
+
+        Shared devices in use count once (the 1.37 fix); admin-access allocations do not count.
+        """
+        result: dict[CounterKey, dict[str, Quantity]] = {}
+        missing = False
+        for key in pool.counter_sets:
+            cached = self._available_counters.get((id(pool), key))
+            if cached is None:
+                missing = True
+                break
+            result[key] = cached
+        if not missing:
+            return result
+        result = {key: dict(cs.counters) for key, cs in pool.counter_sets.items()}
+        shared_in_use = {sid.device for sid in self.allocated.shared_ids}
+        shared_in_use.update(self.allocated.consumed_capacity)
+        for entry in pool.all_entries:
+            if not entry.counters:
+                continue
+            if entry.id not in self.allocated.devices and entry.id not in shared_in_use:
+                continue
+            for key, counters in entry.counters:
+                left = result[key]
+                for name, amount in counters.items():
+                    left[name] = left[name] - amount
+        for key, left in result.items():
+            self._available_counters[(id(pool), key)] = left
+        return result
+
+
+# --- one allocate() call --------------------------------------------------------------------
+
+
+class _Search:
+    """State of one allocate() call: the depth-first search and its exact undo log."""
+
+    def __init__(self, allocator: Allocator, node: NodeInfo, pools: tuple[Pool, ...]) -> None:
+        self.a = allocator
+        self.node = node
+        self.pools = pools
+        self.claims = allocator.claims
+        self.steps = 0
+        self.devices: list[DeviceEntry] = [e for p in pools if p.usable for e in p.entries]
+        self.pool_of: dict[int, Pool] = {}
+        for p in pools:
+            if p.usable and p.counter_sets:
+                for e in p.entries:
+                    self.pool_of[id(e)] = p
+        self.allocated_devices = allocator.allocated.devices
+        # device id -> claim indices currently holding it in this attempt (non-shared picks)
+        self.allocating: dict[DeviceID, set[int]] = {}
+        self.consumed_counters: dict[tuple[int, CounterKey], dict[str, Quantity]] = {}
+        self.allocating_capacity: dict[DeviceID, dict[str, Quantity]] = {}
+        self.results: list[list[_Pick]] = [[] for _ in self.claims]
+        self.constraints: list[list[Constraint]] = []
+        self.plans: dict[tuple[int, int, int | None], _RequestPlan] = {}
+        self.chosen: dict[tuple[int, int], int] = {}
+
+    # -- preparation (spec §5) --------------------------------------------------------------
+
+    def prepare(self) -> None:
+        features = self.a.features
+        for c, claim in enumerate(self.claims):
+            lower_bound = 0
+            for r, request in enumerate(claim.requests):
+                if request.first_available:
+                    if not features.prioritized_list:
+                        raise PodUnschedulable(
+                            f"claim {claim.key}, request {request.name}: has subrequests, "
+                            "but the DRAPrioritizedList feature is disabled",
+                            claim=claim.key,
+                        )
+                    smallest: int | None = None
+                    for s, sub in enumerate(request.first_available):
+                        if sub.capacity_requests is not None and not features.consumable_capacity:
+                            raise PodUnschedulable(
+                                f"claim {claim.key}, subrequest {sub.name}: has capacity requests, "
+                                "but the DRAConsumableCapacity feature is disabled",
+                                claim=claim.key,
+                            )
+                        plan = self.plan(c, r, s)
+                        smallest = plan.count if smallest is None else min(smallest, plan.count)
+                    lower_bound += smallest or 0
+                elif request.exactly is not None:
+                    if request.exactly.capacity_requests is not None and not features.consumable_capacity:
+                        raise PodUnschedulable(
+                            f"claim {claim.key}, request {request.name}: has capacity requests, "
+                            "but the DRAConsumableCapacity feature is disabled",
+                            claim=claim.key,
+                        )
+                    lower_bound += self.plan(c, r, None).count
+                else:
+                    raise PodUnschedulable(
+                        f"claim {claim.key}, request {request.name}: missing device class name "
+                        "(unsupported request type?)",
+                        claim=claim.key,
+                    )
+            if lower_bound > MAX_DEVICES_PER_CLAIM:
+                raise PodUnschedulable(
+                    f"claim {claim.key}: number of requested devices {lower_bound} exceeds the claim limit of "
+                    f"{MAX_DEVICES_PER_CLAIM}",
+                    claim=claim.key,
+                )
+            built: list[Constraint] = []
+            for i, constraint in enumerate(claim.constraints):
+                made = build_constraint(constraint, distinct_supported=features.consumable_capacity)
+                if made is None:
+                    raise PodUnschedulable(
+                        f"claim {claim.key}, constraint #{i}: empty constraint (unsupported constraint type?)",
+                        claim=claim.key,
+                    )
+                built.append(made)
+            self.constraints.append(built)
+
+    def plan(self, c: int, r: int, s: int | None) -> _RequestPlan:
+        req = self.a.prepared(c, r, s)
+        spec = req.spec
+        if spec.allocation_mode == ALLOCATION_MODE_EXACT_COUNT:
+            plan = _RequestPlan(req, spec.count, None)
+        else:
+            chosen: list[DeviceEntry] = []
+            for pool in self.pools:
+                if pool.incomplete:
+                    raise PodUnschedulable(
+                        f"claim {self.claims[c].key}, request {req.name}: asks for all devices, but resource pool "
+                        f"{pool.driver}/{pool.name} is currently being updated",
+                        claim=self.claims[c].key,
+                    )
+                if pool.invalid_reason is not None:
+                    raise PodUnschedulable(
+                        f"claim {self.claims[c].key}, request {req.name}: asks for all devices, but resource pool "
+                        f"{pool.driver}/{pool.name} is currently invalid",
+                        claim=self.claims[c].key,
+                    )
+            for entry in self.devices:
+                if not self.a.is_selectable(req, entry):
+                    continue
+                if self.a.features.consumable_capacity and not self.capacity_ok(req, entry):
+                    continue
+                chosen.append(entry)
+            plan = _RequestPlan(req, len(chosen), tuple(chosen))
+        self.plans[(c, r, s)] = plan
+        return plan
+
+    # -- search (spec §6) ------------------------------------------------------------------
+
+    def run(self) -> int:
+        self.prepare()
+        return self.step(0, 0, None, 0, False, 0)
+
+    def step(self, c: int, r: int, s: int | None, d: int, in_sub: bool, start: int) -> int:
+        self.steps += 1
+        claims = self.claims
+        if c == len(claims):
+            return _OK
+        claim = claims[c]
+        if r == len(claim.requests):
+            out = self.step(c + 1, 0, None, 0, False, 0)
+            return _FAIL if out == _MAXSIZE else out
+        request = claim.requests[r]
+        if request.first_available and not in_sub:
+            only_maxsize = True
+            for k in range(len(request.first_available)):
+                out = self.step(c, r, k, 0, True, 0)
+                if out == _MAXSIZE:
+                    continue
+                only_maxsize = False
+                if out == _OK:
+                    self.chosen[(c, r)] = k
+                    return _OK
+            return _MAXSIZE if only_maxsize else _FAIL
+        plan = self.plans[(c, r, s)]
+        if plan.all_devices is not None and not plan.all_devices:
+            return _FAIL
+        if d == plan.count:
+            return self.step(c, r + 1, None, 0, False, 0)
+        if len(self.results[c]) + plan.count - d > MAX_DEVICES_PER_CLAIM:
+            return _MAXSIZE
+        req = plan.request
+        if plan.all_devices is not None:
+            undo = self.try_device(req, plan.all_devices[d], must=True)
+            if undo is None:
+                return _FAIL
+            out = self.step(c, r, s, d + 1, in_sub, 0)
+            if out != _OK:
+                undo()
+            return out
+        devices = self.devices
+        allocated = self.a.allocated.devices
+        allocating = self.allocating
+        for position in range(start, len(devices)):
+            entry = devices[position]
+            dev_id = entry.id
+            if req.admin:
+                holders = allocating.get(dev_id)
+                if holders is not None and c in holders:
+                    continue
+            elif dev_id in allocated or dev_id in allocating:
+                continue
+            if not self.a.is_selectable(req, entry):
+                continue
+            if self.a.features.consumable_capacity and not self.capacity_ok(req, entry):
+                continue
+            undo = self.try_device(req, entry, must=False)
+            if undo is None:
+                continue
+            out = self.step(c, r, s, d + 1, in_sub, position + 1)
+            if out == _OK:
+                return _OK
+            undo()
+            if out == _MAXSIZE:
+                return _MAXSIZE
+        return _FAIL
+
+    # -- per-device checks (spec §7.2) ---------------------------------------------------
+
+    def capacity_ok(self, req: _Request, entry: DeviceEntry) -> bool:
+        device = entry.device
+        if req.spec.capacity_requests is None and not device.allow_multiple_allocations:
+            # An exclusive device with nothing requested: its whole capacity (or the policy
+            # default, which validation keeps within it) always fits.
+            return True
+        return capacity_fits(
+            req.spec.capacity_requests,
+            device,
+            self.a.allocated.consumed_capacity.get(entry.id),
+            self.allocating_capacity.get(entry.id),
+        )
+
+    def try_device(self, req: _Request, entry: DeviceEntry, *, must: bool) -> Callable[[], None] | None:
+        """Check and take one device for ``req``; return its undo, or None when it cannot be used.
+
+        Nothing is changed unless every check passes, so a rejected device leaves no trace.
+        """
+        features = self.a.features
+        c = req.claim_index
+        device = entry.device
+        dev_id = entry.id
+        allow_multi = features.consumable_capacity and device.allow_multiple_allocations
+        holders = self.allocating.get(dev_id)
+        if req.admin:
+            if not allow_multi and holders is not None and c in holders:
+                return None
+        elif dev_id in self.a.allocated.devices or holders is not None:
+            return None
+        if device.consumes_counters and not features.partitionable_devices:
+            return None
+
+        counter_updates: list[tuple[tuple[int, CounterKey], Mapping[str, Quantity]]] = []
+        if entry.counters and not (
+            allow_multi and (dev_id in self.a.allocated.consumed_capacity or dev_id in self.allocating_capacity)
+        ):
+            pool = self.pool_of.get(id(entry))
+            if pool is None:
+                return None
+            available = self.a.available_counters(pool)
+            for key, counters in entry.counters:
+                already = self.consumed_counters.get((id(pool), key), {})
+                left = available[key]
+                for name, amount in counters.items():
+                    used = already.get(name)
+                    total = amount if used is None else used + amount
+                    if left[name] < total:
+                        return None
+                counter_updates.append(((id(pool), key), counters))
+
+        if features.device_taints and device.taints and taint_blocks(device.taints, req.spec.tolerations):
+            return None
+
+        added: list[Constraint] = []
+        for constraint in self.constraints[c]:
+            if not constraint.add(req.base, req.sub, device, dev_id.driver):
+                for done in reversed(added):
+                    done.remove(req.base, req.sub, device, dev_id.driver)
+                if must:
+                    raise PodUnschedulable(
+                        f"claim {self.claims[c].key}, request {req.name}: cannot add device {dev_id} "
+                        "because a claim constraint would not be satisfied",
+                        claim=self.claims[c].key,
+                    )
+                return None
+            added.append(constraint)
+
+        share_id: str | None = None
+        consumed: Mapping[str, Quantity] | None = None
+        if features.consumable_capacity:
+            if not self.capacity_ok(req, entry):
+                for done in reversed(added):
+                    done.remove(req.base, req.sub, device, dev_id.driver)
+                return None
+            if allow_multi:
+                consumed = consumed_capacity(req.spec.capacity_requests, device)
+                share_id = str(uuid.uuid4())
+
+        # Commit.
+        if not allow_multi:
+            self.allocating.setdefault(dev_id, set()).add(c)
+        for slot, counters in counter_updates:
+            totals = self.consumed_counters.setdefault(slot, {})
+            for name, amount in counters.items():
+                used = totals.get(name)
+                totals[name] = amount if used is None else used + amount
+        if consumed:
+            totals_cap = self.allocating_capacity.setdefault(dev_id, {})
+            for name, amount in consumed.items():
+                used = totals_cap.get(name)
+                totals_cap[name] = amount if used is None else used + amount
+        picks = self.results[c]
+        picks.append(_Pick(req, entry, share_id, consumed if consumed else None))
+        length = len(picks) - 1
+
+        def undo() -> None:
+            for done in reversed(added):
+                done.remove(req.base, req.sub, device, dev_id.driver)
+            if not allow_multi:
+                holders_now = self.allocating[dev_id]
+                holders_now.discard(c)
+                if not holders_now:
+                    del self.allocating[dev_id]
+            for slot, counters in counter_updates:
+                totals = self.consumed_counters[slot]
+                for name, amount in counters.items():
+                    totals[name] = totals[name] - amount
+            if consumed:
+                totals_cap = self.allocating_capacity[dev_id]
+                for name, amount in consumed.items():
+                    totals_cap[name] = totals_cap[name] - amount
+                if all(v.sign() == 0 for v in totals_cap.values()):
+                    del self.allocating_capacity[dev_id]
+            del picks[length:]
+
+        return undo
+
+    # -- results (spec §12) ---------------------------------------------------------------
+
+    def build(self, node: NodeInfo) -> Allocation:
+        results: list[AllocationResult] = []
+        picked: list[tuple[Device, ...]] = []
+        chosen: list[tuple[int | None, ...]] = []
+        binding = self.a.features.device_binding_and_status
+        for c, claim in enumerate(self.claims):
+            picks = self.results[c]
+            devices = tuple(
+                DeviceResult(
+                    request=p.request.name,
+                    driver=p.entry.id.driver,
+                    pool=p.entry.id.pool,
+                    device=p.entry.id.device,
+                    admin_access=p.request.admin,
+                    tolerations=p.request.spec.tolerations if self.a.features.device_taints else (),
+                    binding_conditions=p.entry.device.binding_conditions if binding else (),
+                    binding_failure_conditions=p.entry.device.binding_failure_conditions if binding else (),
+                    share_id=p.share_id,
+                    consumed_capacity=p.consumed,
+                )
+                for p in picks
+            )
+            claim_chosen = tuple(
+                self.chosen.get((c, r)) if request.first_available else None
+                for r, request in enumerate(claim.requests)
+            )
+            results.append(
+                AllocationResult(
+                    devices=devices,
+                    config=self._configs(c, claim, claim_chosen),
+                    node_selector=_node_selector(claim, picks, node),
+                )
+            )
+            picked.append(tuple(p.entry.device for p in picks))
+            chosen.append(claim_chosen)
+        return Allocation(
+            node=node.name, results=tuple(results), picked=tuple(picked), chosen_subrequests=tuple(chosen)
+        )
+
+    def _configs(self, c: int, claim: ResourceClaim, chosen: tuple[int | None, ...]) -> tuple[AllocationConfig, ...]:
+        """Class configs first (one entry per class config, listing every request of that class),
+        then claim configs. A claim config is added once even when it names several requests
+        (upstream 1.35 adds it once per named request; fixed in 1.37)."""
+        class_entries: dict[str, list[tuple[AllocationConfig, list[str]]]] = {}
+        order: list[tuple[AllocationConfig, list[str]]] = []
+        for r in range(len(claim.requests)):
+            req = self.a.prepared(c, r, chosen[r])
+            entries = class_entries.get(req.device_class.name)
+            if entries is None:
+                entries = [
+                    (AllocationConfig(CONFIG_SOURCE_CLASS, (), cfg), [req.name]) for cfg in req.device_class.config
+                ]
+                class_entries[req.device_class.name] = entries
+                order.extend(entries)
+            else:
+                for _, names in entries:
+                    names.append(req.name)
+        configs = [AllocationConfig(cfg.source, tuple(names), cfg.opaque) for cfg, names in order]
+        for claim_config in claim.config:
+            if not claim_config.requests:
+                configs.append(AllocationConfig(CONFIG_SOURCE_CLAIM, (), claim_config.opaque))
+                continue
+            named = set(claim_config.requests)
+            for r, request in enumerate(claim.requests):
+                sub_index = chosen[r]
+                chosen_name = (
+                    f"{request.name}/{request.first_available[sub_index].name}" if sub_index is not None else None
+                )
+                if request.name in named or (chosen_name is not None and chosen_name in named):
+                    configs.append(AllocationConfig(CONFIG_SOURCE_CLAIM, claim_config.requests, claim_config.opaque))
+                    break
+        return tuple(configs)
+
+
+def _node_selector(claim: ResourceClaim, picks: list[_Pick], node: NodeInfo) -> NodeSelector | None:
+    """Spec §12 step 3: node name for node-local devices, merged terms for network-attached ones."""
+    fields: list[NodeSelectorRequirement] = []
+    expressions: list[NodeSelectorRequirement] = []
+    for pick in picks:
+        device = pick.entry.device
+        source = pick.entry.slice
+        if source.per_device_node_selection:
+            node_name, selector = device.node_name, device.node_selector
+        else:
+            node_name, selector = source.node_name, source.node_selector
+        if node_name or device.binds_to_node:
+            term = NodeSelectorTerm(
+                match_fields=(NodeSelectorRequirement("metadata.name", "In", (node.name,)),),
+            )
+            return NodeSelector((term,))
+        if selector is None or not selector.terms:
+            continue
+        if len(selector.terms) > 1:
+            raise PodUnschedulable(
+                f"create NodeSelector for claim {claim.name}: unsupported ResourceSlice.NodeSelector with "
+                f"{len(selector.terms)} terms",
+                claim=claim.key,
+            )
+        term = selector.terms[0]
+        _merge_requirements(fields, term.match_fields)
+        _merge_requirements(expressions, term.match_expressions)
+    if not fields and not expressions:
+        return None
+    return NodeSelector((NodeSelectorTerm(match_expressions=tuple(expressions), match_fields=tuple(fields)),))
+
+
+def _merge_requirements(into: list[NodeSelectorRequirement], new: Iterable[NodeSelectorRequirement]) -> None:
+    for requirement in new:
+        values = set(requirement.values)
+        if any(
+            have.key == requirement.key and have.operator == requirement.operator and set(have.values) == values
+            for have in into
+        ):
+            continue
+        into.append(requirement)
+
+
+def allocate_claims(
+    claims: Sequence[ResourceClaim],
+    node: NodeInfo,
+    *,
+    slices: Iterable[ResourceSlice] | SliceSnapshot,
+    classes: Mapping[str, DeviceClass] | Iterable[DeviceClass],
+    allocated: AllocatedState | None = None,
+    features: Features = Features(),
+    selectors: SelectorCache | None = None,
+) -> Allocation | None:
+    """One-shot convenience wrapper around ``Allocator`` for a single node."""
+    snapshot = slices if isinstance(slices, SliceSnapshot) else SliceSnapshot(slices)
+    class_map = classes if isinstance(classes, Mapping) else {c.name: c for c in classes}
+    allocator = Allocator(
+        claims, classes=class_map, snapshot=snapshot, allocated=allocated, features=features, selectors=selectors
+    )
+    return allocator.allocate(node)

@@ -1,0 +1,131 @@
+"""Claim constraints: matchAttribute and distinctAttribute (spec/dra-allocation.md §8).
+
+A constraint watches the devices picked for the requests it covers within one claim. ``add``
+accepts or rejects a device (and records it when accepted); ``remove`` forgets one accepted device
+on backtracking. Both are exact inverses, so the search can undo any pick.
+
+distinctAttribute deliberately checks every pair of covered devices (a multiset of values with
+reference counts); upstream keys remembered values by request name and so compares devices of
+one request only with that request's most recent pick (§8 QUIRK).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from extender.core.model import AttributeValue, Device, DeviceConstraint
+from extender.core.semver import Semver
+
+__all__ = ["Constraint", "DistinctAttribute", "MatchAttribute", "build_constraint", "lookup_attribute"]
+
+
+def lookup_attribute(device: Device, domain: str, ident: str, qualified: str, driver: str) -> AttributeValue | None:
+    """Upstream's lookup: the exact ``domain/id`` key, else the bare ``id`` when domain is the driver's."""
+    attributes = device.attributes
+    value = attributes.get(qualified)
+    if value is None and domain == driver:
+        value = attributes.get(ident)
+    return value
+
+
+def _comparable(value: AttributeValue) -> tuple[type, object]:
+    """A hashable (type, value) pair: bool never equals int, versions compare by their exact text."""
+    if isinstance(value, Semver):
+        return (Semver, str(value))
+    return (type(value), value)
+
+
+class Constraint(Protocol):
+    def add(self, request: str, subrequest: str | None, device: Device, driver: str) -> bool: ...
+
+    def remove(self, request: str, subrequest: str | None, device: Device, driver: str) -> None: ...
+
+
+class _AttributeConstraint:
+    __slots__ = ("attribute", "domain", "ident", "requests")
+
+    def __init__(self, requests: tuple[str, ...], attribute: str) -> None:
+        self.requests = frozenset(requests)
+        self.attribute = attribute
+        domain, _, ident = attribute.partition("/")
+        self.domain = domain if ident else ""
+        self.ident = ident if ident else attribute
+
+    def applies(self, request: str, subrequest: str | None) -> bool:
+        if not self.requests:
+            return True
+        if request in self.requests:
+            return True
+        return subrequest is not None and f"{request}/{subrequest}" in self.requests
+
+    def value_of(self, device: Device, driver: str) -> AttributeValue | None:
+        return lookup_attribute(device, self.domain, self.ident, self.attribute, driver)
+
+
+class MatchAttribute(_AttributeConstraint):
+    """All covered devices must have the attribute, with one common type and value."""
+
+    __slots__ = ("count", "reference")
+
+    def __init__(self, requests: tuple[str, ...], attribute: str) -> None:
+        super().__init__(requests, attribute)
+        self.reference: tuple[type, object] | None = None
+        self.count = 0
+
+    def add(self, request: str, subrequest: str | None, device: Device, driver: str) -> bool:
+        if not self.applies(request, subrequest):
+            return True
+        value = self.value_of(device, driver)
+        if value is None:
+            return False
+        key = _comparable(value)
+        if self.count == 0:
+            self.reference = key
+        elif key != self.reference:
+            return False
+        self.count += 1
+        return True
+
+    def remove(self, request: str, subrequest: str | None, device: Device, driver: str) -> None:
+        if self.applies(request, subrequest):
+            self.count -= 1
+            if self.count == 0:
+                self.reference = None
+
+
+class DistinctAttribute(_AttributeConstraint):
+    """All covered devices must have the attribute, with pairwise different values."""
+
+    __slots__ = ("seen",)
+
+    def __init__(self, requests: tuple[str, ...], attribute: str) -> None:
+        super().__init__(requests, attribute)
+        self.seen: dict[tuple[type, object], int] = {}
+
+    def add(self, request: str, subrequest: str | None, device: Device, driver: str) -> bool:
+        if not self.applies(request, subrequest):
+            return True
+        value = self.value_of(device, driver)
+        if value is None:
+            return False
+        key = _comparable(value)
+        if key in self.seen:
+            return False
+        self.seen[key] = 1
+        return True
+
+    def remove(self, request: str, subrequest: str | None, device: Device, driver: str) -> None:
+        if not self.applies(request, subrequest):
+            return
+        value = self.value_of(device, driver)
+        if value is not None:
+            self.seen.pop(_comparable(value), None)
+
+
+def build_constraint(constraint: DeviceConstraint, *, distinct_supported: bool) -> Constraint | None:
+    """A fresh constraint object, or None for an empty/unsupported one (the caller reports it)."""
+    if constraint.match_attribute:
+        return MatchAttribute(constraint.requests, constraint.match_attribute)
+    if constraint.distinct_attribute and distinct_supported:
+        return DistinctAttribute(constraint.requests, constraint.distinct_attribute)
+    return None

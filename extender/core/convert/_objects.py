@@ -1,0 +1,79 @@
+"""Node decoding, the public NodeSelector decoder and ``decode_object``, which dispatches on kind."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from extender.core.errors import InvalidObject
+from extender.core.model import (
+    DeviceClass,
+    NodeInfo,
+    NodeSelector,
+    ResourceClaim,
+    ResourceClaimTemplate,
+    ResourceSlice,
+)
+
+from ._base import GROUP, node_selector, object_dict, object_name, reported_as, string_map
+from ._claims import decode_device_class, decode_resource_claim, decode_resource_claim_template
+from ._slices import decode_resource_slice
+
+__all__ = ["DecodedObject", "decode_node", "decode_node_selector", "decode_object"]
+
+DecodedObject = DeviceClass | ResourceClaim | ResourceClaimTemplate | ResourceSlice | NodeInfo
+
+_DRA_DECODERS: dict[str, Callable[[object], DecodedObject]] = {
+    "DeviceClass": decode_device_class,
+    "ResourceClaim": decode_resource_claim,
+    "ResourceClaimTemplate": decode_resource_claim_template,
+    "ResourceSlice": decode_resource_slice,
+}
+
+
+def decode_node(raw: object) -> NodeInfo:
+    """A core/v1 Node, reduced to what node matching needs: name and labels."""
+    body = object_dict(raw, "Node")
+    version = body.get("apiVersion")
+    if version not in (None, "v1"):
+        raise InvalidObject(
+            f"unsupported apiVersion {version!r} (expected v1)", path="apiVersion", obj="Node"
+        )
+    kind = body.get("kind")
+    if kind not in (None, "Node"):
+        raise InvalidObject(f"expected kind Node, got {kind!r}", path="kind", obj="Node")
+    meta, name, _ = object_name(body, "Node", namespaced=False)
+    with reported_as(f"Node {name}"):
+        return NodeInfo(name=name, labels=string_map(meta.get("labels"), "metadata.labels"))
+
+
+def decode_node_selector(raw: object) -> NodeSelector:
+    """A core/v1 NodeSelector on its own (``{nodeSelectorTerms: [...]}``); raises ``InvalidObject``."""
+    with reported_as("NodeSelector"):
+        return node_selector(raw, "")
+
+
+def decode_object(raw: object) -> DecodedObject:
+    """Decode any supported object by its ``kind``; other kinds raise ``InvalidObject``."""
+    body = object_dict(raw, "object")
+    kind = body.get("kind")
+    if kind == "Node":
+        return decode_node(body)
+    decoder = _DRA_DECODERS.get(kind) if isinstance(kind, str) else None
+    if decoder is None:
+        raise InvalidObject(f"unsupported kind {kind!r}", path="kind", obj=_describe(body))
+    version = body.get("apiVersion")
+    if not isinstance(version, str) or not version.startswith(f"{GROUP}/"):
+        raise InvalidObject(
+            f"unsupported apiVersion {version!r} for {kind} (expected {GROUP}/<version>)",
+            path="apiVersion",
+            obj=_describe(body),
+        )
+    return decoder(body)
+
+
+def _describe(body: dict[str, object]) -> str:
+    meta = body.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    kind = body.get("kind")
+    label = kind if isinstance(kind, str) and kind else "object"
+    return f"{label} {name}" if isinstance(name, str) and name else label

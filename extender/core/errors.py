@@ -1,0 +1,68 @@
+"""The one exception hierarchy of dra-extender.
+
+::
+
+    ExtenderError(reason, *, claim=None, node=None)
+    ├── DoesNotFit                  -> FailedNodes[node]            (this node, not now)
+    │   └── NodeUnresolvable        -> FailedAndUnresolvableNodes   (this node, never: invalid pools)
+    ├── PodUnschedulable            -> Error, for every node        (fatal for the attempt: CEL, class, >32)
+    │   └── CelError                                                (compile or runtime failure of a selector)
+    ├── Transient                   -> Error, retry later           (not synced, claim not created, conflict)
+    └── InvalidObject               a manifest/API object the core cannot use (decode/validation)
+
+``reason`` is short, stable and node-agnostic, in upstream's message forms
+(spec/dra-allocation.md §12c). Inside the allocator "does not fit" is a return value (``None``);
+the exceptions above exist for the boundaries that need them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CelError",
+    "DoesNotFit",
+    "ExtenderError",
+    "InvalidObject",
+    "NodeUnresolvable",
+    "PodUnschedulable",
+    "Transient",
+]
+
+
+class ExtenderError(Exception):
+    """Base of every error dra-extender raises on purpose."""
+
+    def __init__(self, reason: str, *, claim: str | None = None, node: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.claim = claim
+        self.node = node
+
+
+class DoesNotFit(ExtenderError):
+    """The pod's claims cannot be allocated on this node right now."""
+
+
+class NodeUnresolvable(DoesNotFit):
+    """This node can never fit the pod as things stand (upstream ErrFailedAllocationOnNode)."""
+
+
+class PodUnschedulable(ExtenderError):
+    """Fatal for the whole scheduling attempt of the pod, whatever the node."""
+
+
+class CelError(PodUnschedulable):
+    """A CEL selector failed to compile or to evaluate; ``reason`` carries the upstream text."""
+
+
+class Transient(ExtenderError):
+    """A temporary condition; the scheduler should retry later."""
+
+
+class InvalidObject(ExtenderError):
+    """A Kubernetes object is malformed in a way the core cannot work with."""
+
+    def __init__(self, reason: str, *, path: str = "", obj: str = "") -> None:
+        text = f"{obj}: {path}: {reason}" if obj and path else (f"{obj}: {reason}" if obj else reason)
+        super().__init__(text)
+        self.path = path
+        self.obj = obj

@@ -1,0 +1,350 @@
+"""Node scores for the extender's ``prioritize`` verb, computed from per-node allocation candidates.
+
+Each policy maps the candidates (one ``Allocation`` per node that passed ``filter``) to integer
+scores 0..10, the range kube-scheduler accepts from an extender (``MaxExtenderPriority`` = 10):
+
+- ``binpack``: prefer nodes whose devices are already most used, so that whole nodes stay free;
+- ``spread``: the opposite, prefer the least used nodes;
+- ``prioritized``: upstream 1.35's DynamicResources Score rule (spec §13.5): every firstAvailable
+  request whose chosen alternative has index ``i`` adds ``8 - i``; nodes where earlier
+  alternatives fit score higher;
+- ``topology``: prefer nodes where the devices picked for one claim share a value of a configured
+  attribute (a PCIe root, a NUMA node, ...).
+
+A ``ScoringPolicy`` combines them with integer weights (``"binpack=2,topology:gpu.example.com/pcieRoot=1"``);
+``score_candidates`` gives each node the weighted average, rounded half up. Everything here is pure
+and deterministic: the same candidates always give the same scores, and no node is ever dropped.
+Arithmetic is exact (``Fraction``) so that rounding never depends on float noise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import NamedTuple
+
+from extender.core.allocator import Allocation
+from extender.core.constraints import lookup_attribute
+from extender.core.model import (
+    AllocatedState,
+    AttributeValue,
+    Device,
+    DeviceID,
+    Features,
+    NodeInfo,
+)
+from extender.core.pools import SliceSnapshot
+from extender.core.semver import Semver
+
+__all__ = [
+    "MAX_SCORE",
+    "POLICY_NAMES",
+    "DeviceUsage",
+    "ScoringCandidate",
+    "ScoringPolicy",
+    "binpack_scores",
+    "node_device_usage",
+    "normalize_to_max",
+    "prioritized_scores",
+    "score_candidates",
+    "spread_scores",
+    "topology_scores",
+]
+
+#: kube-scheduler's MaxExtenderPriority: the highest score an extender may return.
+MAX_SCORE = 10
+#: FirstAvailableDeviceRequestMaxSize: the prioritized rule adds ``8 - index`` per request.
+_FIRST_AVAILABLE_MAX = 8
+
+BINPACK = "binpack"
+SPREAD = "spread"
+PRIORITIZED = "prioritized"
+TOPOLOGY = "topology"
+#: The policy names ``ScoringPolicy.parse`` accepts, in the order they are reported.
+POLICY_NAMES = (BINPACK, SPREAD, PRIORITIZED, TOPOLOGY)
+
+
+# --- inputs -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceUsage:
+    """How many devices a node has in complete, valid pools, and how many of them are in use.
+
+    ``in_use_ids`` names the used devices, so that ``binpack``/``spread`` do not count a device twice
+    when this pod takes another share of an already shared device.
+    """
+
+    total: int
+    in_use: int
+    in_use_ids: frozenset[DeviceID] = field(default_factory=frozenset)
+
+
+class ScoringCandidate(NamedTuple):
+    """One node that can run the pod: the allocation the allocator found there, and its usage."""
+
+    allocation: Allocation
+    usage: DeviceUsage
+
+
+def node_device_usage(
+    snapshot: SliceSnapshot, node: NodeInfo, allocated: AllocatedState, features: Features
+) -> DeviceUsage:
+    """Count the devices of ``node``'s usable pools and those held by other claims.
+
+    Only complete, valid pools count: the allocator never picks from the others, so they are no
+    capacity this node really offers. A device counts as in use when it is exclusively allocated or
+    when some claim holds a share of it (``allocated`` should already include in-flight claims).
+    """
+    shared_devices = {shared.device for shared in allocated.shared_ids}
+    total = 0
+    in_use: set[DeviceID] = set()
+    for pool in snapshot.pools_for(node, features):
+        if not pool.usable:
+            continue
+        # ``entries`` already leaves out devices of perDeviceNodeSelection slices that are elsewhere.
+        for entry in pool.entries:
+            total += 1
+            if entry.id in allocated.devices or entry.id in shared_devices:
+                in_use.add(entry.id)
+    return DeviceUsage(total=total, in_use=len(in_use), in_use_ids=frozenset(in_use))
+
+
+# --- normalisation ----------------------------------------------------------------------------
+
+
+def normalize_to_max(raw: Mapping[str, Fraction | int]) -> dict[str, int]:
+    """Scale raw scores so that the best node gets ``MAX_SCORE``, the others proportionally.
+
+    The same rule as kube-scheduler's default normaliser (``score * max / highest``, rounded down);
+    when every raw score is zero (or negative) every node gets zero.
+    """
+    highest = max(raw.values(), default=0)
+    if highest <= 0:
+        return dict.fromkeys(raw, 0)
+    return {node: max(0, int(Fraction(value) * MAX_SCORE // highest)) for node, value in raw.items()}
+
+
+def _round_half_up(value: Fraction) -> int:
+    return int((value + Fraction(1, 2)) // 1)
+
+
+# --- policies ---------------------------------------------------------------------------------
+
+
+def _used_fraction(candidate: ScoringCandidate) -> Fraction:
+    """Share of the node's devices in use once this pod's allocation is added.
+
+    Admin-access results do not consume a device (spec §15); a device this pod takes that is already
+    in use (another share of a shared device) is not counted twice.
+    """
+    usage = candidate.usage
+    if usage.total <= 0:
+        return Fraction(0)
+    newly_used = {
+        result.device_id
+        for claim_result in candidate.allocation.results
+        for result in claim_result.devices
+        if not result.admin_access and result.device_id not in usage.in_use_ids
+    }
+    used = min(usage.total, usage.in_use + len(newly_used))
+    return Fraction(used, usage.total)
+
+
+def binpack_scores(candidates: Sequence[ScoringCandidate]) -> dict[str, int]:
+    """Most used after this pod's allocation scores highest."""
+    return normalize_to_max({c.allocation.node: _used_fraction(c) for c in candidates})
+
+
+def spread_scores(candidates: Sequence[ScoringCandidate]) -> dict[str, int]:
+    """Least used after this pod's allocation scores highest.
+
+    A node without devices counts as entirely free: nothing there is being packed.
+    """
+    return normalize_to_max({c.allocation.node: 1 - _used_fraction(c) for c in candidates})
+
+
+def prioritized_scores(candidates: Sequence[ScoringCandidate]) -> dict[str, int]:
+    """Upstream's Score rule for firstAvailable requests (spec §13.5), normalised to 0..10.
+
+    QUIRK (§13.5): upstream pairs all of the pod's claims with the results of only the claims it
+    allocated. We follow the spec's recommendation: ``chosen_subrequests`` covers exactly the claims
+    allocated in this cycle, and only those are walked, so pre-allocated claims can neither shift
+    indices nor cause an error.
+    """
+    raw: dict[str, int] = {}
+    for candidate in candidates:
+        total = 0
+        for per_claim in candidate.allocation.chosen_subrequests:
+            for index in per_claim:
+                if index is not None:
+                    total += _FIRST_AVAILABLE_MAX - index
+        raw[candidate.allocation.node] = total
+    return normalize_to_max(raw)
+
+
+def topology_scores(candidates: Sequence[ScoringCandidate], attribute: str) -> dict[str, int]:
+    """How concentrated each claim's picked devices are on one value of ``attribute``.
+
+    Per claim with ``n`` devices showing ``k`` distinct values (a device without the attribute
+    counts as a value of its own), ``n - k`` of the ``n - 1`` possible "same as another device"
+    links are present. Summing over claims, a node scores ``10 * links / possible``: 10 when each
+    claim sits on one value, 0 when every device differs. Claims with one device add nothing to
+    either side, so a pod with only such claims scores 10 everywhere (neutral). The score is not
+    normalised across nodes: it is already an absolute measure.
+    """
+    scores: dict[str, int] = {}
+    for candidate in candidates:
+        present = 0
+        possible = 0
+        allocation = candidate.allocation
+        for claim_result, devices in zip(allocation.results, allocation.picked, strict=True):
+            drivers = [result.driver for result in claim_result.devices]
+            if len(devices) < 2:
+                continue
+            distinct = _distinct_values(attribute, devices, drivers)
+            present += len(devices) - distinct
+            possible += len(devices) - 1
+        fraction = Fraction(1) if possible == 0 else Fraction(present, possible)
+        scores[allocation.node] = _round_half_up(fraction * MAX_SCORE)
+    return scores
+
+
+def _distinct_values(attribute: str, devices: Sequence[Device], drivers: Sequence[str]) -> int:
+    """Distinct values among the devices; each device lacking the attribute is a value of its own."""
+    domain, _, ident = attribute.partition("/")
+    seen: set[tuple[type, object]] = set()
+    missing = 0
+    for device, driver in zip(devices, drivers, strict=True):
+        # The lookup constraints use (spec §8): exact key, else the bare id in the driver's domain.
+        value = lookup_attribute(device, domain, ident, attribute, driver)
+        if value is None:
+            missing += 1
+        else:
+            seen.add(_comparable(value))
+    return len(seen) + missing
+
+
+def _comparable(value: AttributeValue) -> tuple[type, object]:
+    """As matchAttribute compares: bool never equals int (True == 1 in Python); versions by text."""
+    if isinstance(value, Semver):
+        return (Semver, str(value))
+    return (type(value), value)
+
+
+# --- combination ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScoringPolicy:
+    """Policy name -> integer weight (0 disables a policy), plus the topology attribute.
+
+    ``weights`` keeps the order the policies were given in; ``str(policy)`` gives text that
+    ``parse`` reads back.
+    """
+
+    weights: Mapping[str, int]
+    topology_attribute: str | None = None
+
+    def __post_init__(self) -> None:
+        for name, weight in self.weights.items():
+            if name not in POLICY_NAMES:
+                raise ValueError(f"unknown scoring policy {name!r}; known: {', '.join(POLICY_NAMES)}")
+            if type(weight) is not int or weight < 0:
+                raise ValueError(f"scoring policy {name}: weight must be an integer >= 0, not {weight!r}")
+        if TOPOLOGY in self.weights and not self.topology_attribute:
+            raise ValueError("scoring policy topology needs an attribute: topology:<domain>/<name>=<weight>")
+        if self.topology_attribute is not None:
+            _check_attribute_name(self.topology_attribute)
+
+    @classmethod
+    def parse(cls, text: str) -> ScoringPolicy:
+        """Read ``name[=weight]`` items separated by commas; a missing weight means 1.
+
+        ``topology`` takes its attribute after a colon: ``topology:gpu.example.com/pcieRoot=1``.
+        Empty text is an empty policy (every node scores 0).
+        """
+        weights: dict[str, int] = {}
+        attribute: str | None = None
+        for raw_item in text.split(","):
+            item = raw_item.strip()
+            if not item:
+                if text.strip():
+                    raise ValueError(f"scoring policy {text!r}: empty item")
+                continue
+            spec, has_weight, raw_weight = item.partition("=")
+            name, has_argument, argument = spec.strip().partition(":")
+            name = name.strip()
+            if name not in POLICY_NAMES:
+                known = ", ".join(POLICY_NAMES)
+                raise ValueError(f"unknown scoring policy {name!r} in {item!r}; known: {known}")
+            if name in weights:
+                raise ValueError(f"scoring policy {name} given twice")
+            if name == TOPOLOGY:
+                if not has_argument or not argument.strip():
+                    raise ValueError(
+                        f"scoring policy {item!r}: topology needs an attribute, "
+                        "e.g. topology:gpu.example.com/pcieRoot=1"
+                    )
+                attribute = argument.strip()
+            elif has_argument:
+                raise ValueError(f"scoring policy {item!r}: {name} takes no argument")
+            weights[name] = _parse_weight(name, raw_weight.strip()) if has_weight else 1
+        return cls(weights=weights, topology_attribute=attribute)
+
+    def __str__(self) -> str:
+        items = []
+        for name, weight in self.weights.items():
+            label = f"{TOPOLOGY}:{self.topology_attribute}" if name == TOPOLOGY else name
+            items.append(f"{label}={weight}")
+        return ",".join(items)
+
+
+def _parse_weight(name: str, text: str) -> int:
+    if not text.isdigit():  # also rejects "-1", "1.5", "" and "+2"
+        raise ValueError(f"scoring policy {name}: weight must be an integer >= 0, not {text!r}")
+    return int(text)
+
+
+def _check_attribute_name(name: str) -> None:
+    domain, _, ident = name.partition("/")
+    if not domain or not ident or "/" in ident:
+        raise ValueError(f"topology attribute {name!r} must be fully qualified: <domain>/<name>")
+
+
+def score_candidates(candidates: Sequence[ScoringCandidate], policy: ScoringPolicy) -> dict[str, int]:
+    """Each node's weighted average of the policies' 0..10 scores, rounded half up to 0..10.
+
+    Every candidate gets a score (0 when the policy is empty or all weights are 0); empty input
+    gives ``{}``. Raises ValueError when two candidates name the same node.
+    """
+    nodes = [candidate.allocation.node for candidate in candidates]
+    if len(set(nodes)) != len(nodes):
+        duplicates = sorted({node for node in nodes if nodes.count(node) > 1})
+        raise ValueError(f"score_candidates: node(s) given twice: {', '.join(duplicates)}")
+    total_weight = sum(policy.weights.values())
+    if not candidates or total_weight == 0:
+        return dict.fromkeys(nodes, 0)
+    sums = dict.fromkeys(nodes, 0)
+    for name, weight in policy.weights.items():
+        if weight == 0:
+            continue
+        for node, score in _policy_function(name, policy)(candidates).items():
+            sums[node] += weight * score
+    return {node: _round_half_up(Fraction(total, total_weight)) for node, total in sums.items()}
+
+
+_PolicyFunction = Callable[[Sequence[ScoringCandidate]], dict[str, int]]
+
+
+def _policy_function(name: str, policy: ScoringPolicy) -> _PolicyFunction:
+    if name == BINPACK:
+        return binpack_scores
+    if name == SPREAD:
+        return spread_scores
+    if name == PRIORITIZED:
+        return prioritized_scores
+    attribute = policy.topology_attribute
+    assert attribute is not None  # ScoringPolicy.__post_init__ guarantees it
+    return lambda candidates: topology_scores(candidates, attribute)

@@ -1,0 +1,28 @@
+"""Smoke test of ``python -m bench.allocator --quick``: it runs in-process and prints its header
+and a Markdown table with every scenario. Timings are not checked (they are never asserted)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import allocator as bench
+
+
+def test_quick_bench_prints_a_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    out_file = tmp_path / "rows.json"
+    assert bench.main(["--quick", "--repeat", "1", "--json", str(out_file)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0].startswith("Python ") and "cel-python" in lines[0]
+    assert "| scenario | n | best ms | median ms | µs/item | search steps | target |" in lines
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| scenario")]
+    scenarios = {row.split("|")[1].strip() for row in rows}
+    assert {"filter warm", "filter cold", "CEL cold 5 selectors", "CEL warm lookups"} <= scenarios
+    document = json.loads(out_file.read_text())
+    assert len(document["rows"]) == len(rows)
+    # One claim for one device on nodes that all have free devices: one device tried per node.
+    warm = [r for r in document["rows"] if r["scenario"] == "filter warm"]
+    assert all(r["search_steps"] > 0 for r in warm)
