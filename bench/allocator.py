@@ -39,9 +39,9 @@ from importlib import metadata
 from typing import Any, TypeVar
 
 import orjson
-from extender.core.cel import SelectorCache
 
 from extender.core.allocator import Allocator
+from extender.core.cel import SelectorCache
 from extender.core.model import DeviceClass, NodeInfo, ResourceClaim, ResourceSlice
 from extender.core.pools import SliceSnapshot
 from tests import builders as b
@@ -157,9 +157,7 @@ def bench_filter(nodes: int, repeat: int) -> list[Row]:
     def fresh() -> tuple[SliceSnapshot, SelectorCache]:
         return SliceSnapshot(slices), SelectorCache()
 
-    times, (_, steps) = timed(
-        repeat, fresh, lambda st: filter_pass(claims, classes, st[0], node_infos, st[1])
-    )
+    times, (_, steps) = timed(repeat, fresh, lambda st: filter_pass(claims, classes, st[0], node_infos, st[1]))
     rows.append(make_row("filter cold", nodes, nodes, times, steps))
 
     times, _ = timed(repeat, lambda: None, lambda _: SliceSnapshot(slices))

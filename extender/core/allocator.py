@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from extender.core.capacity import capacity_fits, consumed_capacity
 from extender.core.cel import CelCompileError, CelRuntimeError, SelectorCache
@@ -50,7 +50,7 @@ from extender.core.model import (
     ResourceClaim,
     ResourceSlice,
 )
-from extender.core.pools import CounterKey, DeviceEntry, Pool, PoolNodeSelectionError, SliceSnapshot
+from extender.core.pools import CounterKey, DeviceEntry, NodeView, Pool, PoolNodeSelectionError, SliceSnapshot
 from extender.core.quantity import Quantity
 
 __all__ = [
@@ -96,16 +96,64 @@ def taint_blocks(taints: Iterable[DeviceTaint], tolerations: Sequence[DeviceTole
 # --- results --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Allocation:
-    """A successful allocation of all claims on one node."""
+_Built = tuple[
+    tuple[AllocationResult, ...], tuple[tuple[Device, ...], ...], tuple[tuple[int | None, ...], ...]
+]
 
-    node: str
-    results: tuple[AllocationResult, ...]
-    #: Per claim, the Device objects in the same order as ``results[i].devices``.
-    picked: tuple[tuple[Device, ...], ...]
-    #: Per claim, per request: the index of the chosen firstAvailable subrequest, else None.
-    chosen_subrequests: tuple[tuple[int | None, ...], ...]
+
+class Allocation:
+    """A successful allocation of all claims on one node.
+
+    The allocator returns it lazily: a filter only needs to know that the claims fit, so the
+    results are built the first time ``results``, ``picked`` or ``chosen_subrequests`` is read.
+    """
+
+    __slots__ = ("_build", "_built", "node")
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        results: tuple[AllocationResult, ...] = (),
+        picked: tuple[tuple[Device, ...], ...] = (),
+        chosen_subrequests: tuple[tuple[int | None, ...], ...] = (),
+    ) -> None:
+        self.node = node
+        self._built: _Built | None = (results, picked, chosen_subrequests)
+        self._build: Callable[[], _Built] | None = None
+
+    @classmethod
+    def deferred(cls, node: str, build: Callable[[], _Built]) -> Allocation:
+        allocation = cls(node=node)
+        allocation._built = None
+        allocation._build = build
+        return allocation
+
+    def _parts(self) -> _Built:
+        built = self._built
+        if built is None:
+            assert self._build is not None
+            built = self._built = self._build()
+            self._build = None
+        return built
+
+    @property
+    def results(self) -> tuple[AllocationResult, ...]:
+        """One AllocationResult per claim, in the claims' order."""
+        return self._parts()[0]
+
+    @property
+    def picked(self) -> tuple[tuple[Device, ...], ...]:
+        """Per claim, the Device objects in the same order as ``results[i].devices``."""
+        return self._parts()[1]
+
+    @property
+    def chosen_subrequests(self) -> tuple[tuple[int | None, ...], ...]:
+        """Per claim, per request: the index of the chosen firstAvailable subrequest, else None."""
+        return self._parts()[2]
+
+    def __repr__(self) -> str:
+        return f"Allocation(node={self.node!r}, results={self.results!r})"
 
 
 @dataclass(slots=True, eq=False)
@@ -121,6 +169,8 @@ class _Request:
     admin: bool
     #: (expression, error prefix) in evaluation order: class selectors, then request selectors.
     selectors: tuple[tuple[str, str], ...]
+    #: Per slice, the per-device selection verdicts (see Allocator.is_selectable).
+    by_slice: dict[ResourceSlice, Sequence[bool | PodUnschedulable | CelRuntimeError]] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)
@@ -165,6 +215,16 @@ class Allocator:
             consumable_capacity=features.consumable_capacity
         )
         self.search_steps = 0
+        # Without All-mode requests, preparing the claims (spec §5) gives the same plans, or the
+        # same fatal error, on every node: do it once.
+        self.node_independent = not any(
+            spec.allocation_mode == ALLOCATION_MODE_ALL
+            for claim in self.claims
+            for request in claim.requests
+            for spec in ((request.exactly,) if request.exactly is not None else request.first_available)
+        )
+        self.static_plans: dict[tuple[int, int, int | None], _RequestPlan] | None = None
+        self.static_error: PodUnschedulable | None = None
         # Node-independent preparation, done lazily so that errors surface from allocate() in
         # upstream's order. Values are a _Request or the fatal error it must raise.
         self._prepared: dict[tuple[int, int, int | None], _Request | PodUnschedulable] = {}
@@ -178,15 +238,15 @@ class Allocator:
     def allocate(self, node: NodeInfo) -> Allocation | None:
         self.search_steps = 0
         try:
-            pools = self.snapshot.pools_for(node, self.features)
+            view = self.snapshot.node_view(node, self.features)
         except PoolNodeSelectionError as exc:
             raise PodUnschedulable(f"gather pool information: {exc}", node=node.name) from exc
-        search = _Search(self, node, pools)
+        search = _Search(self, node, view)
         outcome = search.run()
         self.search_steps = search.steps
         if outcome == _OK:
-            return search.build(node)
-        if any(p.invalid_reason is not None for p in pools):
+            return Allocation.deferred(node.name, lambda: search.build(node))
+        if view.has_invalid_pool:
             raise NodeUnresolvable(INVALID_POOLS, node=node.name)
         return None
 
@@ -294,12 +354,35 @@ class Allocator:
         return combined
 
     def is_selectable(self, req: _Request, entry: DeviceEntry) -> bool:
-        value = self.selectable_in_slice(req, entry.slice)[entry.index]
+        values = req.by_slice.get(entry.slice)
+        if values is None:
+            values = self._selection_values(req, entry.slice)
+        value = values[entry.index]
         if value is True:
             return True
         if value is False:
             return False
+        if isinstance(value, CelRuntimeError):  # only from the single-selector shortcut
+            raise CelError(f"{req.selectors[0][1]}: CEL runtime error: {value.message}")
         raise value
+
+    def _selection_values(
+        self, req: _Request, slice_: ResourceSlice
+    ) -> Sequence[bool | PodUnschedulable | CelRuntimeError]:
+        """Per-device verdicts for the hot path. With one selector (the common class-only case)
+        the SelectorCache's tuple is used as is, without copying."""
+        values: Sequence[bool | PodUnschedulable | CelRuntimeError] | None = None
+        if len(req.selectors) == 1 and (
+            self.features.device_binding_and_status or not any(d.binding_conditions for d in slice_.devices)
+        ):
+            try:
+                values = self.selectors.results(req.selectors[0][0], slice_)
+            except CelCompileError:
+                values = None  # the general path turns it into the prefixed error
+        if values is None:
+            values = self.selectable_in_slice(req, slice_)
+        req.by_slice[slice_] = values
+        return values
 
     def available_counters(self, pool: Pool) -> dict[CounterKey, dict[str, Quantity]]:
         """Counters of the pool minus what devices allocated to other claims consume.
@@ -339,19 +422,14 @@ class Allocator:
 class _Search:
     """State of one allocate() call: the depth-first search and its exact undo log."""
 
-    def __init__(self, allocator: Allocator, node: NodeInfo, pools: tuple[Pool, ...]) -> None:
+    def __init__(self, allocator: Allocator, node: NodeInfo, view: NodeView) -> None:
         self.a = allocator
         self.node = node
-        self.pools = pools
+        self.pools = view.pools
+        self.devices = view.devices
+        self.pool_of = view.counter_pools
         self.claims = allocator.claims
         self.steps = 0
-        self.devices: list[DeviceEntry] = [e for p in pools if p.usable for e in p.entries]
-        self.pool_of: dict[int, Pool] = {}
-        for p in pools:
-            if p.usable and p.counter_sets:
-                for e in p.entries:
-                    self.pool_of[id(e)] = p
-        self.allocated_devices = allocator.allocated.devices
         # device id -> claim indices currently holding it in this attempt (non-shared picks)
         self.allocating: dict[DeviceID, set[int]] = {}
         self.consumed_counters: dict[tuple[int, CounterKey], dict[str, Quantity]] = {}
@@ -406,16 +484,12 @@ class _Search:
                     f"{MAX_DEVICES_PER_CLAIM}",
                     claim=claim.key,
                 )
-            built: list[Constraint] = []
             for i, constraint in enumerate(claim.constraints):
-                made = build_constraint(constraint, distinct_supported=features.consumable_capacity)
-                if made is None:
+                if build_constraint(constraint, distinct_supported=features.consumable_capacity) is None:
                     raise PodUnschedulable(
                         f"claim {claim.key}, constraint #{i}: empty constraint (unsupported constraint type?)",
                         claim=claim.key,
                     )
-                built.append(made)
-            self.constraints.append(built)
 
     def plan(self, c: int, r: int, s: int | None) -> _RequestPlan:
         req = self.a.prepared(c, r, s)
@@ -450,7 +524,25 @@ class _Search:
     # -- search (spec §6) ------------------------------------------------------------------
 
     def run(self) -> int:
-        self.prepare()
+        a = self.a
+        if a.static_plans is not None:
+            self.plans = a.static_plans
+        elif a.static_error is not None:
+            raise a.static_error
+        else:
+            try:
+                self.prepare()
+            except PodUnschedulable as exc:
+                if a.node_independent:
+                    a.static_error = exc
+                raise
+            if a.node_independent:
+                a.static_plans = self.plans
+        distinct = a.features.consumable_capacity
+        self.constraints = [
+            [c for c in (build_constraint(k, distinct_supported=distinct) for k in claim.constraints) if c is not None]
+            for claim in self.claims
+        ]
         return self.step(0, 0, None, 0, False, 0)
 
     def step(self, c: int, r: int, s: int | None, d: int, in_sub: bool, start: int) -> int:
@@ -638,7 +730,7 @@ class _Search:
 
     # -- results (spec §12) ---------------------------------------------------------------
 
-    def build(self, node: NodeInfo) -> Allocation:
+    def build(self, node: NodeInfo) -> _Built:
         results: list[AllocationResult] = []
         picked: list[tuple[Device, ...]] = []
         chosen: list[tuple[int | None, ...]] = []
@@ -673,9 +765,7 @@ class _Search:
             )
             picked.append(tuple(p.entry.device for p in picks))
             chosen.append(claim_chosen)
-        return Allocation(
-            node=node.name, results=tuple(results), picked=tuple(picked), chosen_subrequests=tuple(chosen)
-        )
+        return tuple(results), tuple(picked), tuple(chosen)
 
     def _configs(self, c: int, claim: ResourceClaim, chosen: tuple[int | None, ...]) -> tuple[AllocationConfig, ...]:
         """Class configs first (one entry per class config, listing every request of that class),

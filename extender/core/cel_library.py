@@ -431,12 +431,28 @@ def lazy_condition(
     return result(scope, then if truth else otherwise)
 
 
+def _numeric(value: Any) -> int | float | None:
+    if isinstance(value, (celtypes.BoolType, bool)) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if isinstance(value, int) else float(value)
+
+
+def _cel_equal(left: Any, right: Any) -> bool:
+    """cel-go's heterogeneous equality: values of different types are unequal, except numbers,
+    which compare by value across int, uint and double."""
+    try:
+        return bool(left == right)
+    except TypeError:
+        a, b = _numeric(left), _numeric(right)
+        return a is not None and b is not None and a == b
+
+
 def equal(left: Any, right: Any) -> Any:
     if isinstance(left, CELEvalError):
         return left
     if isinstance(right, CELEvalError):
         return right
-    return TRUE if left == right else FALSE
+    return TRUE if _cel_equal(left, right) else FALSE
 
 
 def not_equal(left: Any, right: Any) -> Any:
@@ -444,7 +460,7 @@ def not_equal(left: Any, right: Any) -> Any:
         return left
     if isinstance(right, CELEvalError):
         return right
-    return FALSE if left == right else TRUE
+    return FALSE if _cel_equal(left, right) else TRUE
 
 
 def contained_in(item: Any, container: Any) -> Any:
@@ -702,10 +718,7 @@ def _list(value: Any) -> list[Any]:
 
 
 def _equal(a: Any, b: Any) -> bool:
-    try:
-        return bool(a == b)
-    except TypeError:
-        return False
+    return _cel_equal(a, b)
 
 
 def isSorted(items: Any) -> celtypes.BoolType:

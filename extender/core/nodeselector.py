@@ -63,7 +63,8 @@ _VALIDATED_MAX: Final = 8192
 
 def node_matches(selector: NodeSelector, node: NodeInfo) -> bool:
     """Whether ``node`` satisfies ``selector``; ValueError if the selector is malformed."""
-    validate_node_selector(selector)
+    if _validated.get(id(selector)) is not selector:
+        validate_node_selector(selector)
     return any(_term_matches_unchecked(term, node) for term in selector.terms)
 
 
@@ -170,19 +171,16 @@ def _label_requirement_problem(requirement: NodeSelectorRequirement) -> str | No
     elif operator in (OP_EXISTS, OP_DOES_NOT_EXIST):
         if values:
             return (
-                f"values: Invalid value: {_quote_list(values)}: "
-                "values set must be empty for exists and does not exist"
+                f"values: Invalid value: {_quote_list(values)}: values set must be empty for exists and does not exist"
             )
     else:
         if len(values) != 1:
             return (
-                f"values: Invalid value: {_quote_list(values)}: "
-                "for 'Gt', 'Lt' operators, exactly one value is required"
+                f"values: Invalid value: {_quote_list(values)}: for 'Gt', 'Lt' operators, exactly one value is required"
             )
         if _parse_int64(values[0]) is None:
             return (
-                f"values[0]: Invalid value: {_quote(values[0])}: "
-                "for 'Gt', 'Lt' operators, the value must be an integer"
+                f"values[0]: Invalid value: {_quote(values[0])}: for 'Gt', 'Lt' operators, the value must be an integer"
             )
     for index, value in enumerate(values):
         value_problem = _label_value_problem(value)

@@ -29,6 +29,7 @@ from extender.core.quantity import Quantity
 __all__ = [
     "CounterKey",
     "DeviceEntry",
+    "NodeView",
     "Pool",
     "PoolNodeSelectionError",
     "SliceSnapshot",
@@ -79,6 +80,28 @@ class Pool:
         return not self.incomplete and self.invalid_reason is None
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class NodeView:
+    """What the allocator needs of one node, prepared once per snapshot: its pools, the devices of
+    the usable pools flattened in search order, and where counter-consuming devices live."""
+
+    pools: tuple[Pool, ...]
+    devices: tuple[DeviceEntry, ...]
+    has_invalid_pool: bool
+    #: id(entry) -> its pool, for entries that consume shared counters.
+    counter_pools: Mapping[int, Pool]
+
+    @classmethod
+    def of(cls, pools: tuple[Pool, ...]) -> NodeView:
+        usable = [p for p in pools if p.usable]
+        return cls(
+            pools=pools,
+            devices=tuple(e for p in usable for e in p.entries),
+            has_invalid_pool=any(p.invalid_reason is not None for p in pools),
+            counter_pools={id(e): p for p in usable if p.counter_sets for e in p.entries if e.counters},
+        )
+
+
 def device_matches_node(device: Device, node: NodeInfo) -> bool:
     """Per-device node selection (perDeviceNodeSelection slices)."""
     if device.node_name:
@@ -114,6 +137,7 @@ class SliceSnapshot:
     """All ResourceSlices at one moment, indexed for per-node pool gathering."""
 
     __slots__ = ("_by_node", "_by_pool", "_cache", "_others", "slices")
+    # A node's view is rebuilt when its labels change (node selectors may match differently).
 
     def __init__(self, slices: Iterable[ResourceSlice]) -> None:
         self.slices: tuple[ResourceSlice, ...] = tuple(slices)
@@ -126,15 +150,19 @@ class SliceSnapshot:
                 self._by_node.setdefault(s.node_name, []).append(s)
             else:
                 self._others.append(s)
-        self._cache: dict[str, tuple[Mapping[str, str], Features, tuple[Pool, ...]]] = {}
+        self._cache: dict[str, tuple[Mapping[str, str], Features, NodeView]] = {}
+
+    def node_view(self, node: NodeInfo, features: Features) -> NodeView:
+        """The node's pools and devices, memoised per node name, labels and features."""
+        cached = self._cache.get(node.name)
+        if cached is not None and (cached[1] is features or cached[1] == features) and cached[0] == node.labels:
+            return cached[2]
+        view = NodeView.of(gather_pools(self, node, features))
+        self._cache[node.name] = (dict(node.labels), features, view)
+        return view
 
     def pools_for(self, node: NodeInfo, features: Features) -> tuple[Pool, ...]:
-        cached = self._cache.get(node.name)
-        if cached is not None and cached[1] is features and cached[0] == node.labels:
-            return cached[2]
-        pools = gather_pools(self, node, features)
-        self._cache[node.name] = (dict(node.labels), features, pools)
-        return pools
+        return self.node_view(node, features).pools
 
     def slices_of_pool(self, driver: str, pool: str) -> list[ResourceSlice]:
         return self._by_pool.get((driver, pool), [])

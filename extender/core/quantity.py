@@ -20,6 +20,7 @@ Parsing follows upstream's ``ParseQuantity`` grammar, including its oddities:
 from __future__ import annotations
 
 import math
+import re
 from fractions import Fraction
 from typing import Final
 
@@ -38,9 +39,7 @@ _MAX_INT32: Final = 2**31 - 1
 #: accepts up to MaxInt32); nothing real comes anywhere near it.
 _MAX_EXPONENT: Final = 10_000
 
-_FORMAT_WRONG: Final = (
-    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
-)
+_FORMAT_WRONG: Final = "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
 
 _NUMERIC: Final = "unable to parse numeric part of quantity"
 
@@ -52,7 +51,6 @@ _DECIMAL_SUFFIX_FOR_EXPONENT: Final[dict[int, str]] = {e: s for s, e in _DECIMAL
 _BINARY_SUFFIX_FOR_POWER: Final[tuple[str, ...]] = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
 _DIGITS: Final = frozenset("0123456789")
-_SUFFIX_LETTERS: Final = frozenset("eEinumkKMGTP")
 
 
 class QuantityParseError(ValueError):
@@ -72,15 +70,14 @@ class Quantity:
 
     _nanos: int
     _format: str
-    _text: str | None
+    _text: str  # the string form, filled lazily (or the parsed text upstream would keep)
 
-    def __init__(self, nanos: int, fmt: str = DECIMAL_SI, *, text: str | None = None) -> None:
+    def __init__(self, nanos: int, fmt: str = DECIMAL_SI) -> None:
         """Build from a count of nano-units; prefer :meth:`parse` and :meth:`from_int`."""
         if fmt not in (BINARY_SI, DECIMAL_SI, DECIMAL_EXPONENT):
             raise ValueError(f"unknown quantity format {fmt!r}")
         object.__setattr__(self, "_nanos", nanos)
         object.__setattr__(self, "_format", fmt)
-        object.__setattr__(self, "_text", text)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("Quantity is immutable")
@@ -140,9 +137,9 @@ class Quantity:
     def value_ceil(self) -> int:
         """Upstream ``Quantity.Value()``: the integer value, non-integers rounded away from zero.
 
-        (Upstream's int64 fast path rounds away from zero, its big-decimal path rounds
-        negatives toward +inf; quantities that reach the allocator are non-negative, where
-        both agree. We follow the common int64 path.)
+        (Older upstream releases rounded negatives toward +inf on their big-decimal path; current
+        upstream rounds away from zero on both paths, and so do we. Quantities that reach the
+        allocator are non-negative, where every version agrees.)
         """
         whole, rest = divmod(abs(self._nanos), _NANOS_PER_UNIT)
         if rest:
@@ -181,47 +178,55 @@ class Quantity:
     def __add__(self, other: Quantity) -> Quantity:
         if not isinstance(other, Quantity):
             return NotImplemented
-        return Quantity(self._nanos + other._nanos, other._format if self._nanos == 0 else self._format)
+        return _make(self._nanos + other._nanos, other._format if self._nanos == 0 else self._format)
 
     def __sub__(self, other: Quantity) -> Quantity:
         if not isinstance(other, Quantity):
             return NotImplemented
-        return Quantity(self._nanos - other._nanos, other._format if self._nanos == 0 else self._format)
+        return _make(self._nanos - other._nanos, other._format if self._nanos == 0 else self._format)
 
     def __neg__(self) -> Quantity:
-        return Quantity(-self._nanos, self._format)
+        return _make(-self._nanos, self._format)
 
     # --- comparison and hashing by value ------------------------------------------------------
+    # EAFP instead of isinstance: these run in the allocator's inner loop, and only a Quantity
+    # (slotted, not subclassed) has ``_nanos``.
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Quantity):
+        try:
+            return self._nanos == other._nanos  # type: ignore[attr-defined, no-any-return]
+        except AttributeError:
             return NotImplemented
-        return self._nanos == other._nanos
 
     def __ne__(self, other: object) -> bool:
-        if not isinstance(other, Quantity):
+        try:
+            return self._nanos != other._nanos  # type: ignore[attr-defined, no-any-return]
+        except AttributeError:
             return NotImplemented
-        return self._nanos != other._nanos
 
     def __lt__(self, other: Quantity) -> bool:
-        if not isinstance(other, Quantity):
+        try:
+            return self._nanos < other._nanos
+        except AttributeError:
             return NotImplemented
-        return self._nanos < other._nanos
 
     def __le__(self, other: Quantity) -> bool:
-        if not isinstance(other, Quantity):
+        try:
+            return self._nanos <= other._nanos
+        except AttributeError:
             return NotImplemented
-        return self._nanos <= other._nanos
 
     def __gt__(self, other: Quantity) -> bool:
-        if not isinstance(other, Quantity):
+        try:
+            return self._nanos > other._nanos
+        except AttributeError:
             return NotImplemented
-        return self._nanos > other._nanos
 
     def __ge__(self, other: Quantity) -> bool:
-        if not isinstance(other, Quantity):
+        try:
+            return self._nanos >= other._nanos
+        except AttributeError:
             return NotImplemented
-        return self._nanos >= other._nanos
 
     def __hash__(self) -> int:
         return hash(self._nanos)
@@ -232,11 +237,12 @@ class Quantity:
     # --- text -----------------------------------------------------------------------------------
 
     def __str__(self) -> str:
-        text = self._text
-        if text is None:
+        try:
+            return self._text
+        except AttributeError:  # not computed yet
             text = _canonical(self._nanos, self._format)
             object.__setattr__(self, "_text", text)
-        return text
+            return text
 
     def __repr__(self) -> str:
         return f"Quantity({str(self)!r})"
@@ -251,6 +257,20 @@ class Quantity:
         return self
 
 
+_new_object = object.__new__
+_set = object.__setattr__
+
+
+def _make(nanos: int, fmt: str, text: str | None = None) -> Quantity:
+    """Build a Quantity without re-validating the format (internal, for arithmetic and parsing)."""
+    q: Quantity = _new_object(Quantity)
+    _set(q, "_nanos", nanos)
+    _set(q, "_format", fmt)
+    if text is not None:  # otherwise the slot stays empty until str() fills it
+        _set(q, "_text", text)
+    return q
+
+
 # --- parsing --------------------------------------------------------------------------------
 
 
@@ -262,7 +282,7 @@ def _parse(text: str) -> Quantity:
     if not text:
         raise QuantityParseError(text, _FORMAT_WRONG)
     if text == "0":
-        return Quantity(0, DECIMAL_SI, text=text)
+        return _make(0, DECIMAL_SI, text)
     try:
         negative, num, denom, suffix = _split(text)
         fmt, base, exponent = _interpret_suffix(suffix)
@@ -278,13 +298,13 @@ def _parse(text: str) -> Quantity:
     if base == 10:
         nanos = _scale10_nanos(mantissa, exponent - len(denom))
     else:
-        nanos = _round_nanos_away(Fraction(mantissa << exponent, 10 ** len(denom)) * _NANOS_PER_UNIT)
+        nanos = _ceil_div((mantissa << exponent) * _NANOS_PER_UNIT, 10 ** len(denom))
         nanos = min(nanos, _BINARY_CAP_NANOS)
         if 0 < nanos < _NANOS_PER_UNIT:
             fmt = DECIMAL_SI  # upstream: a binary amount below 1 "avoids confusion" as DecimalSI
     if negative:
         nanos = -nanos
-    return Quantity(nanos, fmt, text=text if _keeps_text(fmt, exponent, num, denom) else None)
+    return _make(nanos, fmt, text if _keeps_text(fmt, exponent, num, denom) else None)
 
 
 def _takes_slow_path(base: int, exponent: int) -> bool:
@@ -296,37 +316,19 @@ def _has_digit(text: str, suffix: str) -> bool:
     return any(char in _DIGITS for char in text[: len(text) - len(suffix)])
 
 
+#: Upstream's scanner as a regular expression: sign, number (leading zeros apart), fraction,
+#: then suffix letters, an optional sign and digits. Greedy matching splits exactly like the
+#: scanner does, because a digit can only move into the suffix when nothing but digits follows.
+_SHAPE: Final = re.compile(r"([+-]?)0*([0-9]*)(?:\.([0-9]*))?([eEinumkKMGTP]*[+-]?[0-9]*)")
+
+
 def _split(text: str) -> tuple[bool, str, str, str]:
     """Split into (negative, integer digits without leading zeros, fraction digits, suffix)."""
-    end = len(text)
-    pos = 0
-    negative = False
-    if text[0] in "+-":
-        negative = text[0] == "-"
-        pos = 1
-    while pos < end and text[pos] == "0":
-        pos += 1
-    start = pos
-    while pos < end and text[pos] in _DIGITS:
-        pos += 1
-    num = text[start:pos]
-    denom = ""
-    if pos < end and text[pos] == ".":
-        pos += 1
-        start = pos
-        while pos < end and text[pos] in _DIGITS:
-            pos += 1
-        denom = text[start:pos]
-    suffix_start = pos
-    while pos < end and text[pos] in _SUFFIX_LETTERS:
-        pos += 1
-    if pos < end and text[pos] in "+-":
-        pos += 1
-    while pos < end and text[pos] in _DIGITS:
-        pos += 1
-    if pos != end:
+    match = _SHAPE.fullmatch(text)
+    if match is None:
         raise _Invalid(_FORMAT_WRONG)
-    return negative, num, denom, text[suffix_start:]
+    sign, num, denom, suffix = match.groups()
+    return sign == "-", num, denom or "", suffix
 
 
 def _interpret_suffix(suffix: str) -> tuple[str, int, int]:
@@ -369,6 +371,11 @@ def _scale10_nanos(mantissa: int, scale: int) -> int:
     return whole + 1 if rest else whole
 
 
+def _ceil_div(numerator: int, denominator: int) -> int:
+    """Ceiling of a non-negative ratio."""
+    return -(-numerator // denominator)
+
+
 def _round_nanos_away(nanos: Fraction) -> int:
     """Round a non-negative or negative nano count away from zero (upstream's inf.RoundUp)."""
     magnitude = -((-abs(nanos.numerator)) // nanos.denominator)
@@ -387,13 +394,7 @@ def _keeps_text(fmt: str, exponent: int, num: str, denom: str) -> bool:
         return precision >= 0 and not denom and int(shifted) & 0x07 != 0
     scale = exponent - len(denom)
     precision = 18 - len(num or "0") - len(denom)
-    return (
-        precision >= 0
-        and scale >= -9
-        and scale % 3 == 0
-        and not shifted.endswith("000")
-        and shifted[0] != "0"
-    )
+    return precision >= 0 and scale >= -9 and scale % 3 == 0 and not shifted.endswith("000") and shifted[0] != "0"
 
 
 # --- formatting -----------------------------------------------------------------------------

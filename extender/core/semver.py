@@ -206,9 +206,7 @@ def _prerelease_key(identifier: str) -> _PreKey:
         raise _Invalid("Prerelease is empty")
     if _NUMBERS.issuperset(identifier):
         if len(identifier) > 1 and identifier[0] == "0":
-            raise _Invalid(
-                f"Numeric PreRelease version must not contain leading zeroes {_go_quote(identifier)}"
-            )
+            raise _Invalid(f"Numeric PreRelease version must not contain leading zeroes {_go_quote(identifier)}")
         return (0, _parse_uint64(identifier))
     if not _ALPHANUM.issuperset(identifier):
         raise _Invalid(f"Invalid character(s) found in prerelease {_go_quote(identifier)}")

@@ -188,6 +188,7 @@ def parse_case(raw: Any, *, source: str) -> Case:
         raise CaseFormatError("allocate must be a list of claim names")
     expect = raw.get("expect")
     _check_expect(expect, allocate)
+    assert isinstance(expect, dict)  # checked above; tells the type checker
     work = raw.get("work")
     if work is not None and (not isinstance(work, dict) or set(work) - {"search_steps"}):
         raise CaseFormatError("work may only hold search_steps")
@@ -340,9 +341,7 @@ def run_case(case: Case, decoded: DecodedCase, features: Any, selectors: Any) ->
             outcome = Outcome(kind="unfit", search_steps=allocator.search_steps)
         else:
             assert allocation.node == node.name, f"Allocation.node {allocation.node!r} != {node.name!r}"
-            assert len(allocation.results) == len(claims), (
-                f"{len(allocation.results)} results for {len(claims)} claims"
-            )
+            assert len(allocation.results) == len(claims), f"{len(allocation.results)} results for {len(claims)} claims"
             results = {
                 ref: encode_allocation_result(result, ENCODE_VERSION)
                 for ref, result in zip(case.allocate, allocation.results, strict=True)
@@ -455,9 +454,9 @@ def _compare_result(header: str, want: Mapping[str, Any], got: Mapping[str, Any]
         if want_sel is None:
             assert got_sel is None, f"{header}\nexpected no nodeSelector, actual:\n{_dump(got_sel)}"
         else:
-            assert got_sel is not None and normalize_node_selector(got_sel) == normalize_node_selector(
-                want_sel
-            ), f"{header}\nnodeSelector differs\nexpected:\n{_dump(want_sel)}\nactual:\n{_dump(got_sel)}"
+            assert got_sel is not None and normalize_node_selector(got_sel) == normalize_node_selector(want_sel), (
+                f"{header}\nnodeSelector differs\nexpected:\n{_dump(want_sel)}\nactual:\n{_dump(got_sel)}"
+            )
     if "config" in want:
         want_cfg = [_normalize_config(c) for c in want["config"] or []]
         got_cfg = [_normalize_config(c) for c in got.get("devices", {}).get("config", []) or []]
@@ -539,9 +538,7 @@ def normalize_node_selector(selector: Mapping[str, Any]) -> list[dict[str, list[
     for term in selector.get("nodeSelectorTerms") or []:
         norm = {}
         for key in ("matchExpressions", "matchFields"):
-            reqs = [
-                (r["key"], r["operator"], tuple(sorted(r.get("values") or []))) for r in term.get(key) or []
-            ]
+            reqs = [(r["key"], r["operator"], tuple(sorted(r.get("values") or []))) for r in term.get(key) or []]
             norm[key] = sorted(reqs)
         terms.append(norm)
     return sorted(terms, key=lambda t: json.dumps(t, sort_keys=True))

@@ -48,3 +48,53 @@ def test_case_names_are_unique() -> None:
 
 def test_table_holds_enough_cases() -> None:
     assert len(CASES) >= MIN_CASES, f"the case table holds {len(CASES)} cases, want at least {MIN_CASES}"
+
+
+# --- the runner's own comparisons (so a lenient matcher cannot hide allocator bugs) -----------
+
+
+def test_device_entries_match_only_on_given_keys() -> None:
+    got = {"request": "req-0", "driver": "driver-a", "pool": "pool/x", "device": "device-1", "adminAccess": True}
+    assert caserunner.device_entry_matches({"request": "req-0", "device": "driver-a/pool/x/device-1"}, got)
+    assert not caserunner.device_entry_matches(
+        {"request": "req-0", "device": "driver-a/pool/x/device-1", "adminAccess": False}, got
+    )
+    assert not caserunner.device_entry_matches({"request": "req-1", "device": "driver-a/pool/x/device-1"}, got)
+    assert not caserunner.device_entry_matches(
+        {"request": "req-0", "device": "driver-a/pool/x/device-1", "shareID": True}, got
+    )
+
+
+def test_node_selectors_compare_as_sets() -> None:
+    one = {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {"key": "a", "operator": "In", "values": ["x", "y"]},
+                    {"key": "b", "operator": "Exists"},
+                ]
+            }
+        ]
+    }
+    two = {
+        "nodeSelectorTerms": [
+            {
+                "matchExpressions": [
+                    {"key": "b", "operator": "Exists", "values": []},
+                    {"key": "a", "operator": "In", "values": ["y", "x"]},
+                ]
+            }
+        ]
+    }
+    other = {"nodeSelectorTerms": [{"matchFields": [{"key": "a", "operator": "In", "values": ["x", "y"]}]}]}
+    assert caserunner.normalize_node_selector(one) == caserunner.normalize_node_selector(two)
+    assert caserunner.normalize_node_selector(one) != caserunner.normalize_node_selector(other)
+
+
+def test_malformed_case_is_reported() -> None:
+    raw = {"name": "Bad_Name", "why": "x", "allocate": ["claim-0"], "expect": {"unfit": True}}
+    with pytest.raises(caserunner.CaseFormatError, match="kebab-case"):
+        caserunner.parse_case(raw, source="inline")
+    raw = {"name": "two-outcomes", "why": "x", "allocate": [], "expect": {"unfit": True, "unresolvable": True}}
+    with pytest.raises(caserunner.CaseFormatError, match="exactly one"):
+        caserunner.parse_case(raw, source="inline")

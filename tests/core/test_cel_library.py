@@ -113,6 +113,8 @@ TRUE_EXPRESSIONS = [
     '!(1 / 0 == 1 && false)',
     'true ? true : 1 / 0 == 1',
     '1 < 1.5 || true',
+    # heterogeneous equality: other types are unequal, numbers compare by value
+    '!(1 == "a") && 1 != "a" && 1 == 1.0 && 2u == 2 && 1 in [1.0]',
 ]
 
 

@@ -96,6 +96,23 @@ def test_device_class_without_spec_has_no_selectors() -> None:
     assert decoded == DeviceClass(name="c")
 
 
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"config": [{}]}, "DeviceClass class-a: spec.config[0].opaque.driver: required"),
+        ({"config": [{"opaque": {"parameters": {}}}]}, "DeviceClass class-a: spec.config[0].opaque.driver: required"),
+        ({"selectors": {"cel": {}}}, "DeviceClass class-a: spec.selectors: must be a list"),
+        ({"selectors": [{"cel": {"expression": 5}}]}, "spec.selectors[0].cel.expression: must be a string"),
+        ({"selectors": [{"cel": {"expression": "true"}}] * 33}, "spec.selectors: must have at most 32 items"),
+    ],
+)
+def test_device_class_errors_name_the_path(spec: dict[str, Any], message: str) -> None:
+    raw = {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": "class-a"}, "spec": spec}
+    with pytest.raises(InvalidObject) as caught:
+        decode_device_class(raw)
+    assert message in str(caught.value)
+
+
 # --- ResourceClaim: the request shapes --------------------------------------------------------------
 
 # The same claim written in the nested (v1, v1beta2) and the flat (v1beta1, v1alpha3) shape.
@@ -245,9 +262,7 @@ def test_claim_requests_decode_the_same_in_every_version(version: str) -> None:
     ],
 )
 @pytest.mark.parametrize("version", ALL_VERSIONS)
-def test_allocation_mode_and_count_defaults(
-    version: str, fields: dict[str, Any], mode: str, count: int
-) -> None:
+def test_allocation_mode_and_count_defaults(version: str, fields: dict[str, Any], mode: str, count: int) -> None:
     request: dict[str, Any] = {"deviceClassName": "class-a", **fields}
     if version in NESTED_VERSIONS:
         request = {"exactly": request}
@@ -284,9 +299,7 @@ def test_allocator_reported_problems_are_kept(version: str) -> None:
 
 def test_admin_access_false_is_kept_as_present() -> None:
     """The allocator rejects a *present* adminAccess when the feature is off, even ``false``."""
-    raw = claim_with_requests(
-        "v1", [{"name": "r", "exactly": {"deviceClassName": "c", "adminAccess": False}}]
-    )
+    raw = claim_with_requests("v1", [{"name": "r", "exactly": {"deviceClassName": "c", "adminAccess": False}}])
     exactly = decode_resource_claim(raw).requests[0].exactly
     assert exactly is not None
     assert exactly.admin_access is False
@@ -624,10 +637,7 @@ def test_allocation_errors_name_the_path(mutate: Any, message: str) -> None:
 
 def test_decode_allocation_result_alone() -> None:
     raw = load(STATUS_YAML.format(version="v1"))["status"]["allocation"]
-    assert (
-        decode_allocation_result(raw)
-        == decode_resource_claim(load(STATUS_YAML.format(version="v1"))).allocation
-    )
+    assert decode_allocation_result(raw) == decode_resource_claim(load(STATUS_YAML.format(version="v1"))).allocation
     with pytest.raises(InvalidObject, match=r"^claim x: status.allocation.devices.results: must be a list$"):
         decode_allocation_result({"devices": {"results": 3}}, obj="claim x")
 
@@ -667,11 +677,7 @@ def test_template_errors_name_the_template_and_nested_path() -> None:
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": {"name": "t", "namespace": "ns"},
-        "spec": {
-            "spec": {
-                "devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c", "count": -1}}]}
-            }
-        },
+        "spec": {"spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "c", "count": -1}}]}}},
     }
     with pytest.raises(InvalidObject) as caught:
         decode_resource_claim_template(raw)

@@ -111,9 +111,7 @@ def test_round_trip_through_a_claim_manifest() -> None:
         }
     )
     assert claim.allocation is not None
-    assert encode_allocation_result(claim.allocation, claim.api_version) == yaml.safe_load(
-        FULL_ALLOCATION_YAML
-    )
+    assert encode_allocation_result(claim.allocation, claim.api_version) == yaml.safe_load(FULL_ALLOCATION_YAML)
 
 
 def test_minimal_result_omits_every_empty_field() -> None:
@@ -130,9 +128,7 @@ def test_minimal_result_omits_every_empty_field() -> None:
         ),
     )
     assert encode_allocation_result(result, "resource.k8s.io/v1") == {
-        "devices": {
-            "results": [{"request": "req-0", "driver": "driver-a", "pool": "pool-1", "device": "device-1"}]
-        }
+        "devices": {"results": [{"request": "req-0", "driver": "driver-a", "pool": "pool-1", "device": "device-1"}]}
     }
 
 
@@ -215,9 +211,7 @@ def test_node_selector_both_ways() -> None:
 def test_decode_node_selector_names_the_path() -> None:
     with pytest.raises(InvalidObject) as caught:
         decode_node_selector({"nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "values": "x"}]}]})
-    assert (
-        str(caught.value) == "NodeSelector: nodeSelectorTerms[0].matchExpressions[0].values: must be a list"
-    )
+    assert str(caught.value) == "NodeSelector: nodeSelectorTerms[0].matchExpressions[0].values: must be a list"
 
 
 # --- decode_object and Node ------------------------------------------------------------------------

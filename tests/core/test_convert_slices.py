@@ -140,9 +140,7 @@ def test_empty_node_name_and_false_all_nodes_mean_unset(version: str) -> None:
         nodeName="",
         allNodes=False,
         nodeSelector={
-            "nodeSelectorTerms": [
-                {"matchExpressions": [{"key": "region", "operator": "In", "values": ["r1"]}]}
-            ]
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "region", "operator": "In", "values": ["r1"]}]}]
         },
     )
     decoded = decode_resource_slice(raw)
@@ -172,9 +170,7 @@ def test_no_node_selection_at_all_is_not_invalid() -> None:
 @pytest.mark.parametrize("version", ["v1", "v1beta2", "v1beta1"])
 def test_partitionable_and_shareable_device_fields(version: str) -> None:
     per_device_selector = {
-        "nodeSelectorTerms": [
-            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-2"]}]}
-        ]
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-2"]}]}]
     }
     raw = slice_manifest(
         version,
@@ -237,16 +233,12 @@ def test_partitionable_and_shareable_device_fields(version: str) -> None:
         Q("10G"),
         CapacityRequestPolicy(default=Q("1G"), range_min=Q("1G"), range_max=Q("5G"), range_step=Q("1G")),
     )
-    assert third.capacity["slots"].request_policy == CapacityRequestPolicy(
-        valid_values=(Q("1"), Q("2"), Q("4"))
-    )
+    assert third.capacity["slots"].request_policy == CapacityRequestPolicy(valid_values=(Q("1"), Q("2"), Q("4")))
 
 
 @pytest.mark.parametrize("version", ["v1", "v1beta1"])
 def test_shared_counters(version: str) -> None:
-    raw = slice_manifest(
-        version, None, sharedCounters=[{"name": "set-1", "counters": {"memory": {"value": "8Gi"}}}]
-    )
+    raw = slice_manifest(version, None, sharedCounters=[{"name": "set-1", "counters": {"memory": {"value": "8Gi"}}}])
     decoded = decode_resource_slice(raw)
     assert decoded.invalid_reason is None
     assert decoded.shared_counters == (CounterSet("set-1", {"memory": Q("8Gi")}),)
@@ -324,7 +316,7 @@ INVALID_CASES = [
     pytest.param(
         _set(["spec", "perDeviceNodeSelection"], True),
         "spec: at most one of nodeName",
-        0,
+        2,  # devices without their own node fields are kept: their problem is node selection only
         id="node-name-and-per-device",
     ),
     pytest.param(
@@ -372,7 +364,7 @@ INVALID_CASES = [
     pytest.param(
         _set(["spec", "devices", 0, "nodeName"], "node-1"),
         "spec.devices[0]: nodeName, nodeSelector and allNodes may only be set with perDeviceNodeSelection",
-        1,
+        2,
         id="device-node-without-per-device",
     ),
     pytest.param(
@@ -387,24 +379,14 @@ INVALID_CASES = [
         1,
         id="too-many-taints",
     ),
-    pytest.param(
-        _set(["spec", "devices", 0, "name"], ""), "spec.devices[0].name: required", 1, id="device-name-empty"
-    ),
+    pytest.param(_set(["spec", "devices", 0, "name"], ""), "spec.devices[0].name: required", 1, id="device-name-empty"),
     pytest.param(
         _set(["spec", "devices", 0], "device-1"),
         "spec.devices[0]: must be an object",
         1,
         id="device-not-an-object",
     ),
-    pytest.param(
-        _set(["spec", "devices"], {"a": 1}), "spec.devices: must be a list", 0, id="devices-not-a-list"
-    ),
-    pytest.param(
-        _set(["spec", "sharedCounters"], [{"name": "s", "counters": {}}]),
-        "spec: only one of devices and sharedCounters may be set",
-        2,
-        id="devices-and-counters",
-    ),
+    pytest.param(_set(["spec", "devices"], {"a": 1}), "spec.devices: must be a list", 0, id="devices-not-a-list"),
     pytest.param(
         _set(["spec", "devices", 0, "consumesCounters"], [{"counters": {}}]),
         "spec.devices[0].consumesCounters[0].counterSet: required",
@@ -434,10 +416,7 @@ def test_invalid_slices_get_a_reason_not_an_exception(mutate: Any, reason: str, 
 @pytest.mark.parametrize("version", FLAT_VERSIONS)
 def test_invalid_reason_paths_use_the_basic_wrapper_in_old_versions(version: str) -> None:
     raw = slice_manifest(version, [device(version, "device-1", attributes={"a": {"int": "x"}})])
-    assert (
-        decode_resource_slice(raw).invalid_reason
-        == "spec.devices[0].basic.attributes[a].int: must be an integer"
-    )
+    assert decode_resource_slice(raw).invalid_reason == "spec.devices[0].basic.attributes[a].int: must be an integer"
 
 
 @pytest.mark.parametrize(
@@ -458,16 +437,46 @@ def test_device_count_limits(taints: bool, count: int, limit: int) -> None:
 
 
 def test_per_device_selection_requires_one_node_field_per_device() -> None:
-    raw = slice_manifest(
-        "v1", [device("v1", "d1", nodeName="n"), device("v1", "d2")], perDeviceNodeSelection=True
-    )
+    raw = slice_manifest("v1", [device("v1", "d1", nodeName="n"), device("v1", "d2")], perDeviceNodeSelection=True)
     del raw["spec"]["nodeName"]
     decoded = decode_resource_slice(raw)
     assert decoded.invalid_reason == (
-        "spec.devices[1]: exactly one of nodeName, nodeSelector, allNodes is required"
-        " with perDeviceNodeSelection"
+        "spec.devices[1]: exactly one of nodeName, nodeSelector, allNodes is required with perDeviceNodeSelection"
     )
-    assert [d.name for d in decoded.devices] == ["d1"]
+    # Kept, so that pool gathering sees the slice on d1's node and reports the pool invalid there.
+    assert [d.name for d in decoded.devices] == ["d1", "d2"]
+
+
+def test_selector_with_two_terms_is_kept_so_its_nodes_see_the_invalid_pool() -> None:
+    two_terms = {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "region", "operator": "In", "values": ["r1"]}]},
+            {"matchExpressions": [{"key": "region", "operator": "In", "values": ["r2"]}]},
+        ]
+    }
+    raw = slice_manifest("v1", [device("v1", "d1")], nodeSelector=two_terms)
+    del raw["spec"]["nodeName"]
+    decoded = decode_resource_slice(raw)
+    assert decoded.invalid_reason == "spec.nodeSelector.nodeSelectorTerms: must have exactly one node selector term"
+    assert decoded.node_selector is not None
+    assert len(decoded.node_selector.terms) == 2
+
+    per_device = slice_manifest("v1", [device("v1", "d1", nodeSelector=two_terms)], perDeviceNodeSelection=True)
+    del per_device["spec"]["nodeName"]
+    decoded = decode_resource_slice(per_device)
+    assert decoded.invalid_reason == (
+        "spec.devices[0].nodeSelector.nodeSelectorTerms: must have exactly one node selector term"
+    )
+    assert decoded.devices[0].node_selector is not None
+
+
+def test_devices_beside_shared_counters_are_left_to_pool_gathering() -> None:
+    """1.35 validation forbids it, but pool gathering still reads the 1.34 per-slice layout."""
+    raw = slice_manifest("v1", [device("v1", "d1")], sharedCounters=[{"name": "s", "counters": {}}])
+    decoded = decode_resource_slice(raw)
+    assert decoded.invalid_reason is None
+    assert len(decoded.devices) == 1
+    assert len(decoded.shared_counters) == 1
 
 
 def test_malformed_selector_operators_are_left_for_node_matching() -> None:

@@ -40,9 +40,7 @@ def field(operator: str, *values: str, key: str = "metadata.name") -> NodeSelect
     return NodeSelectorRequirement(key=key, operator=operator, values=values)
 
 
-def term(
-    *expressions: NodeSelectorRequirement, fields: tuple[NodeSelectorRequirement, ...] = ()
-) -> NodeSelectorTerm:
+def term(*expressions: NodeSelectorRequirement, fields: tuple[NodeSelectorRequirement, ...] = ()) -> NodeSelectorTerm:
     return NodeSelectorTerm(match_expressions=expressions, match_fields=fields)
 
 
@@ -87,9 +85,7 @@ REQUIREMENTS = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("requirement", "expected"), [c[1:] for c in REQUIREMENTS], ids=[c[0] for c in REQUIREMENTS]
-)
+@pytest.mark.parametrize(("requirement", "expected"), [c[1:] for c in REQUIREMENTS], ids=[c[0] for c in REQUIREMENTS])
 def test_single_label_requirement(requirement: NodeSelectorRequirement, expected: bool) -> None:
     assert term_matches(term(requirement), NODE) is expected
     assert node_matches(selector(term(requirement)), NODE) is expected
@@ -129,10 +125,7 @@ def test_match_fields_are_ignored_for_a_node_without_a_name() -> None:
     # skipped when that set is empty. Kept as upstream has it; real nodes always have names.
     nameless = NodeInfo(name="", labels={"region": "region-1"})
     assert term_matches(term(fields=(field("In", "node-1"),)), nameless) is True
-    assert (
-        term_matches(term(req("region", "In", "region-2"), fields=(field("In", "node-1"),)), nameless)
-        is False
-    )
+    assert term_matches(term(req("region", "In", "region-2"), fields=(field("In", "node-1"),)), nameless) is False
 
 
 # --- combining ---------------------------------------------------------------------------------------------
@@ -220,9 +213,7 @@ MALFORMED = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("requirement", "problem"), [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED]
-)
+@pytest.mark.parametrize(("requirement", "problem"), [c[1:] for c in MALFORMED], ids=[c[0] for c in MALFORMED])
 def test_malformed_label_requirement_raises(requirement: NodeSelectorRequirement, problem: str) -> None:
     with pytest.raises(ValueError, match="matchExpressions\\[0\\]") as info:
         node_matches(selector(term(requirement)), NODE)
@@ -280,9 +271,7 @@ def test_a_malformed_term_fails_the_selector_even_when_another_term_matches() ->
 
 
 def test_error_names_the_failing_requirement_position() -> None:
-    sel = selector(
-        term(req("region", "In", "r"), req("zone", "Exists"), fields=(field("In", "a"), field("In")))
-    )
+    sel = selector(term(req("region", "In", "r"), req("zone", "Exists"), fields=(field("In", "a"), field("In"))))
     with pytest.raises(ValueError, match=r"nodeSelectorTerms\[0\]\.matchFields\[1\]\.values"):
         node_matches(sel, NODE)
 

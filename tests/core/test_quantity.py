@@ -458,9 +458,7 @@ def test_sorting_orders_by_value() -> None:
         ("1n", "1n", "2n", "0"),
     ],
 )
-def test_add_and_sub_are_exact_and_keep_the_left_format(
-    left: str, right: str, total: str, difference: str
-) -> None:
+def test_add_and_sub_are_exact_and_keep_the_left_format(left: str, right: str, total: str, difference: str) -> None:
     a, b = Quantity.parse(left), Quantity.parse(right)
     assert str(a + b) == total
     assert str(a - b) == difference
@@ -496,9 +494,7 @@ def test_arithmetic_with_other_types_is_not_supported() -> None:
 # --- construction helpers ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("value", "text"), [(1, "1"), (1000, "1k"), (1234000, "1234k"), (-5, "-5"), (0, "0")]
-)
+@pytest.mark.parametrize(("value", "text"), [(1, "1"), (1000, "1k"), (1234000, "1234k"), (-5, "-5"), (0, "0")])
 def test_from_int(value: int, text: str) -> None:
     q = Quantity.from_int(value)
     assert str(q) == text
@@ -537,9 +533,9 @@ def test_from_json_rejects_other_values(raw: object) -> None:
 def test_quantities_are_immutable_and_slotted() -> None:
     q = Quantity.parse("1")
     with pytest.raises(AttributeError):
-        q._nanos = 5  # type: ignore[misc]
+        q._nanos = 5
     with pytest.raises(AttributeError):
-        q.extra = 1  # type: ignore[attr-defined]
+        q.extra = 1
     with pytest.raises(AttributeError):
         del q._format
     assert not hasattr(q, "__dict__")

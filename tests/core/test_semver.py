@@ -259,7 +259,7 @@ def test_constructor_validates_its_parts() -> None:
 def test_semver_is_immutable_and_slotted() -> None:
     v = Semver.parse("1.2.3")
     with pytest.raises(AttributeError):
-        v.major = 2  # type: ignore[misc]
+        v.major = 2
     with pytest.raises(AttributeError):
         del v.minor
     assert not hasattr(v, "__dict__")

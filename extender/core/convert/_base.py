@@ -185,9 +185,7 @@ def quantity(raw: object, path: str) -> Quantity:
 
 def quantity_map(raw: object, path: str) -> dict[str, Quantity]:
     """``map[QualifiedName]Quantity`` with interned keys."""
-    return {
-        sys_intern(name): quantity(value, f"{path}[{name}]") for name, value in mapping(raw, path).items()
-    }
+    return {sys_intern(name): quantity(value, f"{path}[{name}]") for name, value in mapping(raw, path).items()}
 
 
 @lru_cache(maxsize=8192)
@@ -338,9 +336,7 @@ def fast_constructor(cls: type[_T]) -> Callable[..., _T]:
         else:
             params.append(name)
         lines.append(f"    _set_{name}(obj, {name})")
-    source = (
-        f"def make(*, {', '.join(params)}):\n    obj = _new(_cls)\n" + "\n".join(lines) + "\n    return obj\n"
-    )
+    source = f"def make(*, {', '.join(params)}):\n    obj = _new(_cls)\n" + "\n".join(lines) + "\n    return obj\n"
     exec(source, namespace)  # the same technique dataclasses itself uses to build __init__
     constructor: Callable[..., _T] = namespace["make"]
     return constructor

@@ -93,9 +93,7 @@ def decode_device_class(raw: object, *, api_version: str | None = None) -> Devic
                 opaque(mapping(item, f"spec.config[{i}]").get("opaque"), f"spec.config[{i}].opaque")
                 for i, item in enumerate(configs)
             ),
-            extended_resource_name=optional_string(
-                spec.get("extendedResourceName"), "spec.extendedResourceName"
-            ),
+            extended_resource_name=optional_string(spec.get("extendedResourceName"), "spec.extendedResourceName"),
             resource_version=string(meta.get("resourceVersion"), "metadata.resourceVersion"),
         )
 
@@ -113,9 +111,7 @@ def _selectors(raw: object, path: str) -> tuple[str | None, ...]:
         if cel is None:
             result.append(None)
         else:
-            result.append(
-                string(mapping(cel, f"{item_path}.cel").get("expression"), f"{item_path}.cel.expression")
-            )
+            result.append(string(mapping(cel, f"{item_path}.cel").get("expression"), f"{item_path}.cel.expression"))
     return tuple(result)
 
 
@@ -140,12 +136,8 @@ def decode_resource_claim(raw: object, *, api_version: str | None = None) -> Res
             requests=requests,
             constraints=constraints,
             config=config,
-            allocation=None
-            if raw_allocation is None
-            else allocation_result(raw_allocation, "status.allocation"),
-            reserved_for=tuple(
-                _consumer(item, f"status.reservedFor[{i}]") for i, item in enumerate(reserved)
-            ),
+            allocation=None if raw_allocation is None else allocation_result(raw_allocation, "status.allocation"),
+            reserved_for=tuple(_consumer(item, f"status.reservedFor[{i}]") for i, item in enumerate(reserved)),
             deletion_timestamp=timestamp(meta.get("deletionTimestamp"), "metadata.deletionTimestamp"),
             resource_version=string(meta.get("resourceVersion"), "metadata.resourceVersion"),
             api_version=version,
@@ -201,9 +193,7 @@ def _claim_spec(
     constraints_path = f"{devices_path}.constraints"
     raw_constraints = sequence(devices.get("constraints"), constraints_path)
     limit(raw_constraints, _MAX_CONSTRAINTS, constraints_path)
-    constraints = tuple(
-        _constraint(item, f"{constraints_path}[{i}]", known) for i, item in enumerate(raw_constraints)
-    )
+    constraints = tuple(_constraint(item, f"{constraints_path}[{i}]", known) for i, item in enumerate(raw_constraints))
 
     config_path = f"{devices_path}.config"
     raw_config = sequence(devices.get("config"), config_path)
@@ -376,9 +366,7 @@ def _device_result(raw: object, path: str) -> DeviceResult:
         admin_access=bool(boolean(body.get("adminAccess"), f"{path}.adminAccess")),
         tolerations=tolerations(body.get("tolerations"), f"{path}.tolerations"),
         binding_conditions=strings(body.get("bindingConditions"), f"{path}.bindingConditions"),
-        binding_failure_conditions=strings(
-            body.get("bindingFailureConditions"), f"{path}.bindingFailureConditions"
-        ),
+        binding_failure_conditions=strings(body.get("bindingFailureConditions"), f"{path}.bindingFailureConditions"),
         share_id=optional_string(body.get("shareID"), f"{path}.shareID"),
         consumed_capacity=None if consumed is None else quantity_map(consumed, f"{path}.consumedCapacity"),
     )

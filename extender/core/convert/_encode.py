@@ -29,9 +29,7 @@ __all__ = ["encode_allocation_result", "encode_node_selector"]
 def encode_allocation_result(result: AllocationResult, api_version: str) -> dict[str, Any]:
     """The ``status.allocation`` object for a claim served as ``api_version``."""
     if api_version not in SERVED_VERSIONS:
-        raise ValueError(
-            f"unsupported apiVersion {api_version!r} (expected one of {', '.join(SERVED_VERSIONS)})"
-        )
+        raise ValueError(f"unsupported apiVersion {api_version!r} (expected one of {', '.join(SERVED_VERSIONS)})")
     devices: dict[str, Any] = {"results": [_device_result(r) for r in result.devices]}
     if result.config:
         devices["config"] = [_allocation_config(c) for c in result.config]

@@ -35,9 +35,7 @@ def decode_node(raw: object) -> NodeInfo:
     body = object_dict(raw, "Node")
     version = body.get("apiVersion")
     if version not in (None, "v1"):
-        raise InvalidObject(
-            f"unsupported apiVersion {version!r} (expected v1)", path="apiVersion", obj="Node"
-        )
+        raise InvalidObject(f"unsupported apiVersion {version!r} (expected v1)", path="apiVersion", obj="Node")
     kind = body.get("kind")
     if kind not in (None, "Node"):
         raise InvalidObject(f"expected kind Node, got {kind!r}", path="kind", obj="Node")

@@ -69,6 +69,8 @@ _MEMBER_TYPES = {
     "bool": "must be a boolean",
     "version": "must be a string",
 }
+_PER_DEVICE_NEEDS_ONE = "exactly one of nodeName, nodeSelector, allNodes is required with perDeviceNodeSelection"
+_PER_DEVICE_ONLY = "nodeName, nodeSelector and allNodes may only be set with perDeviceNodeSelection"
 _ATTRIBUTE_KINDS = "exactly one of int, bool, string, version is required"
 
 
@@ -108,11 +110,11 @@ def decode_resource_slice(raw: object, *, api_version: str | None = None) -> Res
         problems.add("spec.driver", "required")
     pool = _pool(spec.get("pool"), problems)
 
-    node_name, node_sel, all_nodes, per_device = _node_selection(spec, flat, problems)
+    node_name, node_sel, all_nodes, per_device = _node_selection(spec, problems)
     devices = _devices(spec.get("devices"), flat, per_device, problems)
+    # Devices beside sharedCounters (the 1.34 layout, rejected by 1.35 validation) are left to pool
+    # gathering, which still understands per-slice counter sets.
     shared_counters = _counter_sets(spec.get("sharedCounters"), problems)
-    if devices and shared_counters:
-        problems.add("spec", "only one of devices and sharedCounters may be set")
 
     return ResourceSlice(
         name=name,
@@ -158,20 +160,15 @@ def _pool(raw: object, problems: _Problems) -> PoolRef:
     return PoolRef(sys_intern(name), generation, count)
 
 
-def _single_term_selector(raw: object, path: str) -> NodeSelector:
-    selector = node_selector(raw, path)
-    if len(selector.terms) != 1:
-        raise FieldError(f"{path}.nodeSelectorTerms", "must have exactly one node selector term")
-    return selector
+_ONE_TERM = "must have exactly one node selector term"
 
 
-def _node_selection(
-    spec: RawDict, flat: bool, problems: _Problems
-) -> tuple[str | None, NodeSelector | None, bool, bool]:
+def _node_selection(spec: RawDict, problems: _Problems) -> tuple[str | None, NodeSelector | None, bool, bool]:
     """(nodeName, nodeSelector, allNodes, perDeviceNodeSelection) of the slice.
 
     Old versions have a plain string and bool, new ones pointers; either way an empty string and
     ``false`` mean "unset". None set is not an error here: pool gathering ignores such a slice.
+    A problem keeps what was decoded, so that the nodes the slice targets see its pool as invalid.
     """
     node_name: str | None = None
     selector: NodeSelector | None = None
@@ -182,13 +179,13 @@ def _node_selection(
         per_device = bool(boolean(spec.get("perDeviceNodeSelection"), "spec.perDeviceNodeSelection"))
         raw_selector = spec.get("nodeSelector")
         if raw_selector is not None:
-            selector = _single_term_selector(raw_selector, "spec.nodeSelector")
+            selector = node_selector(raw_selector, "spec.nodeSelector")
+            if len(selector.terms) != 1:
+                problems.add("spec.nodeSelector.nodeSelectorTerms", _ONE_TERM)
     except FieldError as exc:
         problems.add_error(exc)
     if (node_name is not None) + (selector is not None) + all_nodes + per_device > 1:
-        problems.add(
-            "spec", "at most one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection may be set"
-        )
+        problems.add("spec", "at most one of nodeName, nodeSelector, allNodes, perDeviceNodeSelection may be set")
     return node_name, selector, all_nodes, per_device
 
 
@@ -210,7 +207,9 @@ def _devices(raw: object, flat: bool, per_device: bool, problems: _Problems) -> 
         except FieldError as exc:
             # Paths are built here, on failure only: the hot path formats no strings.
             problems.add(_join(f"spec.devices[{index}]", exc.path), exc.reason)
-            continue
+            if not isinstance(exc, _KeptDevice):
+                continue
+            device = exc.device
         if device.name in names:
             problems.add(f"spec.devices[{index}].name", f"duplicate device name {device.name!r}")
         names.add(device.name)
@@ -222,6 +221,15 @@ def _devices(raw: object, flat: bool, per_device: bool, problems: _Problems) -> 
         why = " when a device has taints or consumesCounters" if restricted else ""
         problems.add("spec.devices", f"must have at most {maximum} items{why}")
     return tuple(devices)
+
+
+class _KeptDevice(FieldError):
+    """A device problem that leaves the device's own node fields usable, so the device is kept:
+    the slice then still reaches the nodes it targets, which see its pool as invalid."""
+
+    def __init__(self, path: str, reason: str, device: Device) -> None:
+        super().__init__(path, reason)
+        self.device = device
 
 
 def _join(prefix: str, path: str) -> str:
@@ -241,6 +249,8 @@ def _device(raw: object, flat: bool, per_device: bool) -> Device:
     basic = raw.get("basic")
     try:
         return _device_body(name, mapping(basic, ""), per_device)
+    except _KeptDevice as exc:
+        raise _KeptDevice(_join("basic", exc.path), exc.reason, exc.device) from None
     except FieldError as exc:
         raise FieldError(_join("basic", exc.path), exc.reason) from None
 
@@ -265,26 +275,25 @@ def _device_body(name: str, body: RawDict, per_device: bool) -> Device:
     node_name: str | None = None
     selector: NodeSelector | None = None
     all_nodes = False
+    node_problem: tuple[str, str] | None = None
     raw_node_name, raw_selector, raw_all_nodes = get("nodeName"), get("nodeSelector"), get("allNodes")
     if raw_node_name is not None or raw_selector is not None or raw_all_nodes is not None:
         node_name = string(raw_node_name, "nodeName") or None
         all_nodes = _flag(raw_all_nodes, "allNodes")
         if raw_selector is not None:
-            selector = _single_term_selector(raw_selector, "nodeSelector")
+            selector = node_selector(raw_selector, "nodeSelector")
+            if len(selector.terms) != 1:
+                node_problem = ("nodeSelector.nodeSelectorTerms", _ONE_TERM)
     chosen = (node_name is not None) + (selector is not None) + all_nodes
     if per_device:
         if chosen != 1:
-            raise FieldError(
-                "", "exactly one of nodeName, nodeSelector, allNodes is required with perDeviceNodeSelection"
-            )
+            node_problem = ("", _PER_DEVICE_NEEDS_ONE)
     elif chosen:
-        raise FieldError(
-            "", "nodeName, nodeSelector and allNodes may only be set with perDeviceNodeSelection"
-        )
+        node_problem = ("", _PER_DEVICE_ONLY)
 
     raw_conditions, raw_failure = get("bindingConditions"), get("bindingFailureConditions")
     raw_counters, raw_taints = get("consumesCounters"), get("taints")
-    return _new_device(
+    device: Device = _new_device(
         name=sys_intern(name),
         attributes=attributes,
         capacity=capacity,
@@ -295,11 +304,12 @@ def _device_body(name: str, body: RawDict, per_device: bool) -> Device:
         taints=() if raw_taints is None else _taints(raw_taints),
         binds_to_node=_flag(get("bindsToNode"), "bindsToNode"),
         binding_conditions=() if raw_conditions is None else _conditions(raw_conditions, "bindingConditions"),
-        binding_failure_conditions=()
-        if raw_failure is None
-        else _conditions(raw_failure, "bindingFailureConditions"),
+        binding_failure_conditions=() if raw_failure is None else _conditions(raw_failure, "bindingFailureConditions"),
         allow_multiple_allocations=allow_multiple,
     )
+    if node_problem is not None:
+        raise _KeptDevice(node_problem[0], node_problem[1], device)
+    return device
 
 
 def _flag(raw: object, path: str) -> bool:
@@ -446,9 +456,7 @@ def _counters(raw: object, path: str) -> dict[str, Quantity]:
     result: dict[str, Quantity] = {}
     for name, counter in body.items():
         counter_path = f"{path}[{name}]"
-        result[sys_intern(name)] = quantity(
-            mapping(counter, counter_path).get("value"), f"{counter_path}.value"
-        )
+        result[sys_intern(name)] = quantity(mapping(counter, counter_path).get("value"), f"{counter_path}.value")
     return result
 
 
@@ -464,9 +472,7 @@ def _consumes_counters(raw: object) -> tuple[CounterConsumption, ...]:
         if not counter_set:
             raise FieldError(f"{item_path}.counterSet", "required")
         result.append(
-            CounterConsumption(
-                sys_intern(counter_set), _counters(body.get("counters"), f"{item_path}.counters")
-            )
+            CounterConsumption(sys_intern(counter_set), _counters(body.get("counters"), f"{item_path}.counters"))
         )
     return tuple(result)
 
