@@ -171,6 +171,10 @@ class _Request:
     selectors: tuple[tuple[str, str], ...]
     #: Per slice, the per-device selection verdicts (see Allocator.is_selectable).
     by_slice: dict[ResourceSlice, Sequence[bool | PodUnschedulable | CelRuntimeError]] = field(default_factory=dict)
+    #: ``get`` of the SelectorCache's table when one selector decides alone (shared by every
+    #: allocator, so a later pod finds the verdicts ready), else ``by_slice.get``.
+    lookup: Callable[[ResourceSlice], Sequence[bool | PodUnschedulable | CelRuntimeError] | None] | None = None
+    shared: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -225,6 +229,10 @@ class Allocator:
         )
         self.static_plans: dict[tuple[int, int, int | None], _RequestPlan] | None = None
         self.static_error: PodUnschedulable | None = None
+        # The plain requests for the first-path shortcut, False when it does not apply, None before
+        # the first allocate().
+        self._simple: list[tuple[int, _Request, int]] | bool | None = None
+        self._simple_steps = 0
         # Node-independent preparation, done lazily so that errors surface from allocate() in
         # upstream's order. Values are a _Request or the fatal error it must raise.
         self._prepared: dict[tuple[int, int, int | None], _Request | PodUnschedulable] = {}
@@ -241,14 +249,97 @@ class Allocator:
             view = self.snapshot.node_view(node, self.features)
         except PoolNodeSelectionError as exc:
             raise PodUnschedulable(f"gather pool information: {exc}", node=node.name) from exc
+        if self.node_independent:
+            first_path = self._first_path(node, view)
+            if first_path is not None:
+                return first_path
         search = _Search(self, node, view)
         outcome = search.run()
         self.search_steps = search.steps
         if outcome == _OK:
+            if any(not pick.entry.plain for picks in search.results for pick in picks):
+                # Results of non-plain devices may raise (node selector with several terms):
+                # build now so that a fatal error surfaces from allocate(), as upstream's does.
+                built = search.build(node)
+                return Allocation.deferred(node.name, lambda: built)
             return Allocation.deferred(node.name, lambda: search.build(node))
         if view.has_invalid_pool:
             raise NodeUnresolvable(INVALID_POOLS, node=node.name)
         return None
+
+    # -- the first-path shortcut --------------------------------------------------------
+
+    def _simple_plan(self, node: NodeInfo, view: NodeView) -> list[tuple[int, _Request, int]] | None:
+        """(claim index, request, count) in search order when every request is a plain ExactCount
+        one (no subrequests, admin access, capacity requests or constraints), else None."""
+        if self._simple is None:
+            _Search(self, node, view).ensure_plans()  # raises the static error, if any
+            plans = self.static_plans
+            assert plans is not None
+            simple: list[tuple[int, _Request, int]] = []
+            for c, claim in enumerate(self.claims):
+                if claim.constraints:
+                    self._simple = False
+                    return None
+                for r, request in enumerate(claim.requests):
+                    spec = request.exactly
+                    if spec is None or spec.admin_access or spec.capacity_requests is not None:
+                        self._simple = False
+                        return None
+                    plan = plans[(c, r, None)]
+                    simple.append((c, plan.request, plan.count))
+            self._simple = simple
+            # The search's steps along its first path: one per device slot plus one per request
+            # end, one per claim end, and the final one.
+            self._simple_steps = 1 + len(self.claims) + sum(count + 1 for _, _, count in simple)
+        return self._simple if isinstance(self._simple, list) else None
+
+    def _first_path(self, node: NodeInfo, view: NodeView) -> Allocation | None:
+        """Walk the depth-first search's first path without its machinery.
+
+        For plain requests over plain devices the search takes, request by request, the first free
+        selected devices in order; if that path succeeds it *is* the search's answer (same devices,
+        same errors on the way, same step count). Anything else — a device that needs counter,
+        taint or capacity checks, or too few devices (backtracking might help) — returns None and
+        the full search runs.
+        """
+        simple = self._simple if isinstance(self._simple, list) else self._simple_plan(node, view)
+        if simple is None:
+            return None
+        allocated = self.allocated.devices
+        devices = view.devices
+        picks: list[tuple[int, _Request, DeviceEntry]] = []
+        taken: set[DeviceID] = set()
+        for c, req, count in simple:
+            lookup = req.lookup
+            assert lookup is not None
+            got = 0
+            for entry in devices:
+                dev_id = entry.id
+                if dev_id in allocated or dev_id in taken:
+                    continue
+                values = lookup(entry.slice)
+                verdict = values[entry.index] if values is not None else None
+                if verdict is not True and (verdict is False or not self.is_selectable(req, entry)):
+                    continue
+                if not entry.plain:
+                    return None
+                taken.add(dev_id)
+                picks.append((c, req, entry))
+                got += 1
+                if got == count:
+                    break
+            else:
+                return None
+        self.search_steps = self._simple_steps
+
+        def build() -> _Built:
+            search = _Search(self, node, view)
+            for c, req, entry in picks:
+                search.results[c].append(_Pick(req, entry, None, None))
+            return search.build(node)
+
+        return Allocation.deferred(node.name, build)
 
     # -- node-independent preparation ----------------------------------------------------
 
@@ -301,7 +392,7 @@ class Allocator:
         for i, expression in enumerate(spec.selectors):
             assert expression is not None
             selectors.append((expression, f"claim {claim.key}: selector #{i}"))
-        return _Request(
+        prepared = _Request(
             claim_index=c,
             name=name,
             base=request.name,
@@ -311,6 +402,12 @@ class Allocator:
             admin=bool(spec.admin_access),
             selectors=tuple(selectors),
         )
+        if len(selectors) == 1 and self.features.device_binding_and_status:
+            prepared.shared = True
+            prepared.lookup = self.selectors.table(selectors[0][0]).get
+        else:
+            prepared.lookup = prepared.by_slice.get
+        return prepared
 
     # -- selection ----------------------------------------------------------------------
 
@@ -354,7 +451,8 @@ class Allocator:
         return combined
 
     def is_selectable(self, req: _Request, entry: DeviceEntry) -> bool:
-        values = req.by_slice.get(entry.slice)
+        assert req.lookup is not None
+        values = req.lookup(entry.slice)
         if values is None:
             values = self._selection_values(req, entry.slice)
         value = values[entry.index]
@@ -371,16 +469,12 @@ class Allocator:
     ) -> Sequence[bool | PodUnschedulable | CelRuntimeError]:
         """Per-device verdicts for the hot path. With one selector (the common class-only case)
         the SelectorCache's tuple is used as is, without copying."""
-        values: Sequence[bool | PodUnschedulable | CelRuntimeError] | None = None
-        if len(req.selectors) == 1 and (
-            self.features.device_binding_and_status or not any(d.binding_conditions for d in slice_.devices)
-        ):
+        if req.shared:
             try:
-                values = self.selectors.results(req.selectors[0][0], slice_)
+                return self.selectors.results(req.selectors[0][0], slice_)  # fills the shared table
             except CelCompileError:
-                values = None  # the general path turns it into the prefixed error
-        if values is None:
-            values = self.selectable_in_slice(req, slice_)
+                return self.selectable_in_slice(req, slice_)  # the prefixed error, kept out of the table
+        values = self.selectable_in_slice(req, slice_)
         req.by_slice[slice_] = values
         return values
 
@@ -523,7 +617,8 @@ class _Search:
 
     # -- search (spec §6) ------------------------------------------------------------------
 
-    def run(self) -> int:
+    def ensure_plans(self) -> None:
+        """Prepare the claims (spec §5), reusing the node-independent result when there is one."""
         a = self.a
         if a.static_plans is not None:
             self.plans = a.static_plans
@@ -538,6 +633,10 @@ class _Search:
                 raise
             if a.node_independent:
                 a.static_plans = self.plans
+
+    def run(self) -> int:
+        a = self.a
+        self.ensure_plans()
         distinct = a.features.consumable_capacity
         self.constraints = [
             [c for c in (build_constraint(k, distinct_supported=distinct) for k in claim.constraints) if c is not None]

@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -959,6 +959,9 @@ class SelectorCache:
         self._max_programs = max_programs
         self._programs: OrderedDict[str, _Program] = OrderedDict()
         self._slices: dict[ResourceSlice, _SliceState] = {}
+        # The same result tuples indexed by expression first, so a caller that checks one
+        # expression on many slices (a filter over every node) pays one dict lookup per slice.
+        self._tables: dict[str, dict[ResourceSlice, tuple[bool | CelRuntimeError, ...]]] = {}
         self.stats = SelectorStats()
 
     def compile(self, expression: str) -> None:
@@ -979,11 +982,22 @@ class SelectorCache:
         self.stats.result_misses += 1
         computed = program.run(state, self.stats)
         state.results[expression] = computed
+        self._tables.setdefault(expression, {})[slice] = computed
         return computed
+
+    def table(self, expression: str) -> Mapping[ResourceSlice, Sequence[bool | CelRuntimeError]]:
+        """The cached results of one expression, by slice (read-only view; misses are absent:
+        call ``results`` for them). Lookups through it are not counted in ``stats``."""
+        return self._tables.setdefault(expression, {})
 
     def forget_slice(self, slice: ResourceSlice) -> None:
         """Drop the views and results of a slice the store replaced or deleted."""
-        self._slices.pop(slice, None)
+        state = self._slices.pop(slice, None)
+        if state is not None:
+            for expression in state.results:
+                table = self._tables.get(expression)
+                if table is not None:
+                    table.pop(slice, None)
 
     def _program(self, expression: str) -> _Program:
         program = self._programs.get(expression)

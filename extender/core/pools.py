@@ -56,6 +56,9 @@ class DeviceEntry:
     index: int  # position in slice.devices (selector results are aligned with it)
     #: Counter sets this device draws from, resolved to their keys: ((key, counters), ...).
     counters: tuple[tuple[CounterKey, Mapping[str, Quantity]], ...] = ()
+    #: No counters, taints or multiple allocations: taking it needs no check beyond "free" and
+    #: "selected" (the allocator's first-path shortcut relies on this).
+    plain: bool = True
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
@@ -155,10 +158,15 @@ class SliceSnapshot:
     def node_view(self, node: NodeInfo, features: Features) -> NodeView:
         """The node's pools and devices, memoised per node name, labels and features."""
         cached = self._cache.get(node.name)
-        if cached is not None and (cached[1] is features or cached[1] == features) and cached[0] == node.labels:
+        if (
+            cached is not None
+            and (cached[1] is features or cached[1] == features)
+            and (cached[0] is node.labels or cached[0] == node.labels)
+        ):
             return cached[2]
         view = NodeView.of(gather_pools(self, node, features))
-        self._cache[node.name] = (dict(node.labels), features, view)
+        # NodeInfo mappings are never changed after construction, so keeping the object is safe.
+        self._cache[node.name] = (node.labels, features, view)
         return view
 
     def pools_for(self, node: NodeInfo, features: Features) -> tuple[Pool, ...]:
@@ -265,7 +273,16 @@ def _build_pool(
                 counters, problem = (), None
             if problem and pool.invalid_reason is None:
                 pool.invalid_reason = problem
-            entry = DeviceEntry(DeviceID(driver, pool_name, device.name), device, s, index, counters)
+            selector = device.node_selector if per_device else s.node_selector
+            # A selector with several terms makes building the claim's node selector fail
+            # (upstream's fatal "unsupported ResourceSlice.NodeSelector"): never take the shortcut.
+            plain = not (
+                device.consumes_counters
+                or device.taints
+                or device.allow_multiple_allocations
+                or (selector is not None and len(selector.terms) > 1)
+            )
+            entry = DeviceEntry(DeviceID(driver, pool_name, device.name), device, s, index, counters, plain)
             all_entries.append(entry)
             if not targeting:
                 continue
