@@ -23,6 +23,6 @@ def test_quick_bench_prints_a_table(capsys: pytest.CaptureFixture[str], tmp_path
     assert {"filter warm", "filter cold", "CEL cold 5 selectors", "CEL warm lookups"} <= scenarios
     document = json.loads(out_file.read_text())
     assert len(document["rows"]) == len(rows)
-    # One claim for one device on nodes that all have free devices: one device tried per node.
-    warm = [r for r in document["rows"] if r["scenario"] == "filter warm"]
-    assert all(r["search_steps"] > 0 for r in warm)
+    # Filter rows carry the allocator's deterministic step counter; other rows have none.
+    for row in document["rows"]:
+        assert isinstance(row["search_steps"], int) == row["scenario"].startswith("filter ")

@@ -50,6 +50,7 @@ from extender.core.model import (
     ResourceClaim,
     ResourceSlice,
 )
+from extender.core.nodeselector import node_matches
 from extender.core.pools import CounterKey, DeviceEntry, NodeView, Pool, PoolNodeSelectionError, SliceSnapshot
 from extender.core.quantity import Quantity
 
@@ -209,8 +210,13 @@ class Allocator:
         allocated: AllocatedState | None = None,
         features: Features = Features(),
         selectors: SelectorCache | None = None,
+        preallocated: Sequence[ResourceClaim] = (),
     ) -> None:
+        """``claims``: the pod's unallocated claims, in pod order. ``preallocated``: its claims that
+        are already allocated; a node must satisfy each one's ``allocation.nodeSelector`` (their
+        devices belong in ``allocated`` like every other allocated claim's)."""
         self.claims = tuple(claims)
+        self.preallocated = tuple(c for c in preallocated if c.allocation is not None)
         self.classes = classes
         self.snapshot = snapshot
         self.allocated = allocated if allocated is not None else AllocatedState()
@@ -245,6 +251,8 @@ class Allocator:
 
     def allocate(self, node: NodeInfo) -> Allocation | None:
         self.search_steps = 0
+        if self.preallocated and self.unavailable_claim(node) is not None:
+            return None
         try:
             view = self.snapshot.node_view(node, self.features)
         except PoolNodeSelectionError as exc:
@@ -265,6 +273,21 @@ class Allocator:
             return Allocation.deferred(node.name, lambda: search.build(node))
         if view.has_invalid_pool:
             raise NodeUnresolvable(INVALID_POOLS, node=node.name)
+        return None
+
+    def unavailable_claim(self, node: NodeInfo) -> ResourceClaim | None:
+        """The first pre-allocated claim whose allocation cannot be used on this node (upstream:
+        "resourceclaim not available on the node"), else None."""
+        for claim in self.preallocated:
+            assert claim.allocation is not None
+            selector = claim.allocation.node_selector
+            if selector is None:
+                continue
+            try:
+                if not node_matches(selector, node):
+                    return claim
+            except ValueError as exc:
+                raise PodUnschedulable(f"claim {claim.key}: allocation node selector: {exc}", claim=claim.key) from exc
         return None
 
     # -- the first-path shortcut --------------------------------------------------------

@@ -36,7 +36,9 @@ DEFAULT_NODE: dict[str, Any] = {"name": "node-1", "labels": {"region": "region-1
 DEFAULT_NAMESPACE = "default"
 ENCODE_VERSION = "resource.k8s.io/v1"
 
-_CASE_KEYS = {"name", "why", "features", "node", "objects", "allocated", "allocate", "expect", "work", "xfail"}
+_CASE_KEYS = {
+    "name", "why", "features", "node", "objects", "allocated", "allocate", "preallocated", "expect", "work", "xfail"
+}
 _EXPECT_KINDS = ("results", "unfit", "unresolvable", "error")
 _RESULT_KEYS = {"devices", "nodeSelector", "config"}
 _DEVICE_KEYS = {
@@ -74,6 +76,7 @@ class Case:
     expect: Mapping[str, Any]
     work: Mapping[str, Any] | None
     xfail: str | None
+    preallocated: Sequence[str] = ()
 
     @property
     def claim_keys(self) -> list[str]:
@@ -186,6 +189,9 @@ def parse_case(raw: Any, *, source: str) -> Case:
     allocate = raw.get("allocate") or []
     if not isinstance(allocate, list) or not all(isinstance(a, str) for a in allocate):
         raise CaseFormatError("allocate must be a list of claim names")
+    preallocated = raw.get("preallocated") or []
+    if not isinstance(preallocated, list) or not all(isinstance(a, str) for a in preallocated):
+        raise CaseFormatError("preallocated must be a list of claim names (claims with status.allocation)")
     expect = raw.get("expect")
     _check_expect(expect, allocate)
     assert isinstance(expect, dict)  # checked above; tells the type checker
@@ -207,6 +213,7 @@ def parse_case(raw: Any, *, source: str) -> Case:
         expect=expect,
         work=work,
         xfail=xfail,
+        preallocated=tuple(preallocated),
     )
 
 
@@ -314,8 +321,13 @@ def run_case(case: Case, decoded: DecodedCase, features: Any, selectors: Any) ->
     state_before = _state_snapshot(state)
     node = NodeInfo(name=case.node["name"], labels=dict(case.node.get("labels") or {}))
     claims = [decoded.claims[key] for key in case.claim_keys]
+    by_key = {claim.key: claim for claim in decoded.allocated_claims}
+    missing = [ref for ref in case.preallocated if claim_key(ref) not in by_key]
+    if missing:
+        raise CaseFormatError(f"preallocated names claims without status.allocation in objects: {missing}")
     allocator = Allocator(
         claims,
+        preallocated=[by_key[claim_key(ref)] for ref in case.preallocated],
         classes=decoded.classes,
         snapshot=SliceSnapshot(decoded.slices),
         allocated=state,
