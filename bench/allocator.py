@@ -7,7 +7,7 @@ Run from the repository root::
 Scenarios (all inputs from ``tests.builders.synthetic_cluster``, GPU-like devices):
 
 - ``filter warm``: one pod with one claim for one device of the GPU class, tried against every
-  node the way a filter does (one ``Allocator``, ``allocate()`` per node). The SelectorCache and
+  node the way a filter does (one ``Allocator``, ``allocate_many(nodes)``). The SelectorCache and
   the snapshot's per-node pool memo were filled by a previous, untimed pass.
 - ``filter cold``: the same with a fresh SelectorCache and a fresh SliceSnapshot per run (what the
   first filter after every slice changed would pay), CEL evaluation included.
@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from extender.core.allocator import Allocator
+from extender.core.allocator import Allocation, Allocator
 from extender.core.cel import SelectorCache
 from extender.core.model import DeviceClass, NodeInfo, ResourceClaim, ResourceSlice
 from extender.core.pools import SliceSnapshot
@@ -131,12 +131,9 @@ def filter_pass(
 ) -> tuple[int, int]:
     """What one filter call does for one pod: returns (nodes that fit, total search steps)."""
     allocator = Allocator(claims, classes=classes, snapshot=snapshot, selectors=cache)
-    fits = steps = 0
-    for node in nodes:
-        if allocator.allocate(node) is not None:
-            fits += 1
-        steps += allocator.search_steps
-    return fits, steps
+    outcomes = allocator.allocate_many(nodes)
+    fits = sum(1 for outcome in outcomes if isinstance(outcome, Allocation))
+    return fits, allocator.search_steps * len(outcomes)
 
 
 def bench_filter(nodes: int, repeat: int) -> list[Row]:

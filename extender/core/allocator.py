@@ -21,6 +21,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 from extender.core.capacity import capacity_fits, consumed_capacity
 from extender.core.cel import CelCompileError, CelRuntimeError, SelectorCache
@@ -125,7 +126,8 @@ class Allocation:
 
     @classmethod
     def deferred(cls, node: str, build: Callable[[], _Built]) -> Allocation:
-        allocation = cls(node=node)
+        allocation = object.__new__(cls)  # hot path: one per fitting node in a filter
+        allocation.node = node
         allocation._built = None
         allocation._build = build
         return allocation
@@ -253,10 +255,7 @@ class Allocator:
         self.search_steps = 0
         if self.preallocated and self.unavailable_claim(node) is not None:
             return None
-        try:
-            view = self.snapshot.node_view(node, self.features)
-        except PoolNodeSelectionError as exc:
-            raise PodUnschedulable(f"gather pool information: {exc}", node=node.name) from exc
+        view = self._view(node)
         if self.node_independent:
             first_path = self._first_path(node, view)
             if first_path is not None:
@@ -274,6 +273,61 @@ class Allocator:
         if view.has_invalid_pool:
             raise NodeUnresolvable(INVALID_POOLS, node=node.name)
         return None
+
+    def allocate_many(self, nodes: Iterable[NodeInfo]) -> list[Allocation | NodeUnresolvable | None]:
+        """``allocate`` for every node, in order, as a filter over many nodes needs it.
+
+        Per node: an Allocation, None (does not fit) or the NodeUnresolvable it raised. A fatal
+        PodUnschedulable stops the loop and propagates, as it fails the whole attempt. The most
+        common pod — one plain request for one device — runs in one tight loop over the nodes;
+        every node it cannot settle goes through ``allocate``.
+        """
+        nodes = list(nodes)
+        if not nodes:
+            return []
+        simple = None
+        if not self.preallocated and self.node_independent:
+            simple = self._simple if isinstance(self._simple, list) else None
+            if self._simple is None:
+                simple = self._simple_plan(nodes[0], self._view(nodes[0]))
+        if simple is None or len(simple) != 1 or simple[0][2] != 1:
+            return [self._allocate_one(node) for node in nodes]
+        c, req, _ = simple[0]
+        lookup = req.lookup
+        assert lookup is not None
+        allocated = self.allocated.devices
+        view_of = self._view
+        build = self._build_first_path
+        out: list[Allocation | NodeUnresolvable | None] = []
+        for node in nodes:
+            view = view_of(node)
+            for entry in view.devices:
+                if entry.id in allocated:
+                    continue
+                values = lookup(entry.slice)
+                verdict = values[entry.index] if values is not None else None
+                if verdict is True or (verdict is not False and self.is_selectable(req, entry)):
+                    if entry.plain:
+                        out.append(Allocation.deferred(node.name, partial(build, node, view, ((c, req, entry),))))
+                    else:
+                        out.append(self._allocate_one(node))
+                    break
+            else:
+                out.append(self._allocate_one(node))  # the full search decides: unfit or invalid pools
+        self.search_steps = self._simple_steps
+        return out
+
+    def _allocate_one(self, node: NodeInfo) -> Allocation | NodeUnresolvable | None:
+        try:
+            return self.allocate(node)
+        except NodeUnresolvable as exc:
+            return exc
+
+    def _view(self, node: NodeInfo) -> NodeView:
+        try:
+            return self.snapshot.node_view(node, self.features)
+        except PoolNodeSelectionError as exc:
+            raise PodUnschedulable(f"gather pool information: {exc}", node=node.name) from exc
 
     def unavailable_claim(self, node: NodeInfo) -> ResourceClaim | None:
         """The first pre-allocated claim whose allocation cannot be used on this node (upstream:
@@ -355,14 +409,15 @@ class Allocator:
             else:
                 return None
         self.search_steps = self._simple_steps
+        return Allocation.deferred(node.name, partial(self._build_first_path, node, view, picks))
 
-        def build() -> _Built:
-            search = _Search(self, node, view)
-            for c, req, entry in picks:
-                search.results[c].append(_Pick(req, entry, None, None))
-            return search.build(node)
-
-        return Allocation.deferred(node.name, build)
+    def _build_first_path(
+        self, node: NodeInfo, view: NodeView, picks: Sequence[tuple[int, _Request, DeviceEntry]]
+    ) -> _Built:
+        search = _Search(self, node, view)
+        for c, req, entry in picks:
+            search.results[c].append(_Pick(req, entry, None, None))
+        return search.build(node)
 
     # -- node-independent preparation ----------------------------------------------------
 

@@ -274,12 +274,14 @@ def _attribute_error(name: str, raw: object) -> CelRuntimeError:
     return CelRuntimeError(f"attribute {name}: unsupported attribute type {type(raw).__name__}")
 
 
+#: Attribute value types a device view can hold; anything else (an UnparsedVersion) poisons it.
+_VIEWABLE_TYPES = frozenset({str, bool, int, Semver})
+
+
 def _device_poison(device: Device) -> CelRuntimeError | None:
     """The error every evaluation on this device gets, without building its view."""
     for name, raw in device.attributes.items():
-        if isinstance(raw, UnparsedVersion) or (type(raw) not in (str, bool, int) and not isinstance(
-            raw, Semver
-        )):
+        if type(raw) not in _VIEWABLE_TYPES:
             return _attribute_error(name, raw)
     return None
 

@@ -180,3 +180,39 @@ def test_taints_block_unless_the_feature_is_off() -> None:
     )
     assert on is not None and on.results[0].devices[0].device == "device-2"
     assert off is not None and off.results[0].devices[0].device == "device-1"
+
+
+def test_allocate_many_agrees_with_allocate_node_by_node() -> None:
+    """The batch loop must give what allocate() gives: fits, unfit, unresolvable, and a device
+    that needs the full search (tainted, so it is skipped)."""
+    tainted = b.device("device-1", taints=(DeviceTaint(key="k", effect="NoSchedule"),))
+    slices = [
+        b.node_slice("node-1", ["device-1"]),
+        b.node_slice("node-2", []),  # no device: unfit
+        b.node_slice("node-3", ["device-1"], name="dup-a", slice_count=2),
+        b.node_slice("node-3", ["device-1"], name="dup-b", slice_count=2),  # duplicate device: invalid pool
+        b.node_slice("node-4", [tainted, "device-2"]),
+        b.node_slice("node-5", ["device-1", "device-2"]),
+    ]
+    nodes = [b.node(f"node-{i}") for i in range(1, 6)]
+    classes = {b.CLASS: b.device_class(b.CLASS, CLASS_EXPR)}
+    state = b.allocated("driver-a/pool-1/device-1")  # every node's device-1 is pool-1's: held
+
+    def describe(outcome: object) -> object:
+        if isinstance(outcome, Allocation):
+            return [r.device for r in outcome.results[0].devices]
+        return type(outcome).__name__ if outcome is not None else None
+
+    batch = Allocator([b.claim()], classes=classes, snapshot=SliceSnapshot(slices), allocated=state)
+    single = Allocator([b.claim()], classes=classes, snapshot=SliceSnapshot(slices), allocated=state)
+    expected = [describe(single._allocate_one(n)) for n in nodes]
+    assert [describe(o) for o in batch.allocate_many(nodes)] == expected
+    assert expected == [None, None, "NodeUnresolvable", ["device-2"], ["device-2"]]
+
+
+def test_allocate_many_raises_a_fatal_error() -> None:
+    slices = [b.node_slice("node-1", ["device-1"])]
+    classes = {b.CLASS: b.device_class(b.CLASS, 'device.attributes["driver-a"].model == "x"')}
+    allocator = Allocator([b.claim()], classes=classes, snapshot=SliceSnapshot(slices))
+    with pytest.raises(PodUnschedulable, match="CEL runtime error: no such key: model"):
+        allocator.allocate_many([b.node("node-1")])
