@@ -16,7 +16,14 @@ from typing import Protocol
 from extender.core.model import AttributeValue, Device, DeviceConstraint
 from extender.core.semver import Semver
 
-__all__ = ["Constraint", "DistinctAttribute", "MatchAttribute", "build_constraint", "lookup_attribute"]
+__all__ = [
+    "Constraint",
+    "DistinctAttribute",
+    "MatchAttribute",
+    "build_constraint",
+    "comparable_value",
+    "lookup_attribute",
+]
 
 
 def lookup_attribute(device: Device, domain: str, ident: str, qualified: str, driver: str) -> AttributeValue | None:
@@ -28,7 +35,7 @@ def lookup_attribute(device: Device, domain: str, ident: str, qualified: str, dr
     return value
 
 
-def _comparable(value: AttributeValue) -> tuple[type, object]:
+def comparable_value(value: AttributeValue) -> tuple[type, object]:
     """A hashable (type, value) pair: bool never equals int, versions compare by their exact text."""
     if isinstance(value, Semver):
         return (Semver, str(value))
@@ -78,7 +85,7 @@ class MatchAttribute(_AttributeConstraint):
         value = self.value_of(device, driver)
         if value is None:
             return False
-        key = _comparable(value)
+        key = comparable_value(value)
         if self.count == 0:
             self.reference = key
         elif key != self.reference:
@@ -108,7 +115,7 @@ class DistinctAttribute(_AttributeConstraint):
         value = self.value_of(device, driver)
         if value is None:
             return False
-        key = _comparable(value)
+        key = comparable_value(value)
         if key in self.seen:
             return False
         self.seen[key] = 1
@@ -119,7 +126,7 @@ class DistinctAttribute(_AttributeConstraint):
             return
         value = self.value_of(device, driver)
         if value is not None:
-            self.seen.pop(_comparable(value), None)
+            self.seen.pop(comparable_value(value), None)
 
 
 def build_constraint(constraint: DeviceConstraint, *, distinct_supported: bool) -> Constraint | None:

@@ -25,17 +25,15 @@ from fractions import Fraction
 from typing import NamedTuple
 
 from extender.core.allocator import Allocation
-from extender.core.constraints import lookup_attribute
+from extender.core.constraints import comparable_value, lookup_attribute
 from extender.core.model import (
     AllocatedState,
-    AttributeValue,
     Device,
     DeviceID,
     Features,
     NodeInfo,
 )
 from extender.core.pools import SliceSnapshot
-from extender.core.semver import Semver
 
 __all__ = [
     "MAX_SCORE",
@@ -222,15 +220,8 @@ def _distinct_values(attribute: str, devices: Sequence[Device], drivers: Sequenc
         if value is None:
             missing += 1
         else:
-            seen.add(_comparable(value))
+            seen.add(comparable_value(value))
     return len(seen) + missing
-
-
-def _comparable(value: AttributeValue) -> tuple[type, object]:
-    """As matchAttribute compares: bool never equals int (True == 1 in Python); versions by text."""
-    if isinstance(value, Semver):
-        return (Semver, str(value))
-    return (type(value), value)
 
 
 # --- combination ------------------------------------------------------------------------------
