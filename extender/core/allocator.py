@@ -329,6 +329,32 @@ class Allocator:
         except PoolNodeSelectionError as exc:
             raise PodUnschedulable(f"gather pool information: {exc}", node=node.name) from exc
 
+    def lacks_class_devices(self, node: NodeInfo) -> bool:
+        """Whether some request (every alternative of a firstAvailable one) has no device of its
+        DeviceClass on the node at all, in complete pools: waiting for other pods cannot help
+        there. Conservative: false when a pool is incomplete or a class selector fails."""
+        view = self._view(node)
+        if any(pool.incomplete for pool in view.pools):
+            return False
+        for c, claim in enumerate(self.claims):
+            for r, request in enumerate(claim.requests):
+                alternatives: Sequence[int | None] = (
+                    (None,) if request.exactly is not None else range(len(request.first_available))
+                )
+                try:
+                    if not any(self._class_present(self.prepared(c, r, s), view) for s in alternatives):
+                        return True
+                except (PodUnschedulable, CelCompileError):
+                    return False
+        return False
+
+    def _class_present(self, req: _Request, view: NodeView) -> bool:
+        expressions = [expression for expression, _ in req.selectors[: len(req.device_class.selectors)]]
+        for entry in view.devices:
+            if all(self.selectors.results(e, entry.slice)[entry.index] is True for e in expressions):
+                return True
+        return False
+
     def unavailable_claim(self, node: NodeInfo) -> ResourceClaim | None:
         """The first pre-allocated claim whose allocation cannot be used on this node (upstream:
         "resourceclaim not available on the node"), else None."""

@@ -8,6 +8,11 @@
     ├── PodUnschedulable            -> Error, for every node        (fatal for the attempt: CEL, class, >32)
     │   └── CelError                                                (compile or runtime failure of a selector)
     ├── Transient                   -> Error, retry later           (not synced, claim not created, conflict)
+    │   ├── NotSynced                                               (caches not filled yet)
+    │   ├── ClaimNotCreated                                         (template claim not there yet)
+    │   ├── WriteConflict                                           (409: stale resourceVersion)
+    │   └── ApiUnavailable                                          (5xx, 429, timeouts, injected faults)
+    ├── ObjectNotFound              a read or write named an object that does not exist (404)
     └── InvalidObject               a manifest/API object the core cannot use (decode/validation)
 
 ``reason`` is short, stable and node-agnostic, in upstream's message forms
@@ -18,13 +23,18 @@ the exceptions above exist for the boundaries that need them.
 from __future__ import annotations
 
 __all__ = [
+    "ApiUnavailable",
     "CelError",
+    "ClaimNotCreated",
     "DoesNotFit",
     "ExtenderError",
     "InvalidObject",
     "NodeUnresolvable",
+    "NotSynced",
+    "ObjectNotFound",
     "PodUnschedulable",
     "Transient",
+    "WriteConflict",
 ]
 
 
@@ -56,6 +66,26 @@ class CelError(PodUnschedulable):
 
 class Transient(ExtenderError):
     """A temporary condition; the scheduler should retry later."""
+
+
+class NotSynced(Transient):
+    """The backend's caches have not synced yet."""
+
+
+class ClaimNotCreated(Transient):
+    """A claim the pod needs does not exist yet (for example, not yet created from its template)."""
+
+
+class WriteConflict(Transient):
+    """A write was based on a stale resourceVersion (HTTP 409)."""
+
+
+class ApiUnavailable(Transient):
+    """The API (or the embedded cluster's injected fault) failed temporarily."""
+
+
+class ObjectNotFound(ExtenderError):
+    """The named object does not exist."""
 
 
 class InvalidObject(ExtenderError):

@@ -172,6 +172,37 @@ class SliceSnapshot:
     def pools_for(self, node: NodeInfo, features: Features) -> tuple[Pool, ...]:
         return self.node_view(node, features).pools
 
+    def with_changes(
+        self,
+        changes: Iterable[tuple[ResourceSlice | None, ResourceSlice | None]],
+        slices: Iterable[ResourceSlice],
+    ) -> SliceSnapshot:
+        """A snapshot of ``slices`` (the new full set) that keeps this one's memoised node views
+        where ``changes`` ((old, new) slice pairs) cannot have altered them.
+
+        A node-local slice concerns its own node, and every node of its pool when the pool spans
+        several slices (completeness and shared counters are pool-wide). Any other slice (node
+        selector, allNodes, per-device selection, counter-only) may concern every node.
+        """
+        fresh = SliceSnapshot(slices)
+        affected: set[str] = set()
+        for pair in changes:
+            for s in pair:
+                if s is None:
+                    continue
+                if not s.node_name or s.shared_counters or s.per_device_node_selection:
+                    return fresh  # may reach any node: start cold
+                affected.add(s.node_name)
+                pool = (s.driver, s.pool.name)
+                for snapshot in (self, fresh):
+                    for other in snapshot._by_pool.get(pool, ()):
+                        if other is not s:
+                            if not other.node_name or other.shared_counters:
+                                return fresh
+                            affected.add(other.node_name)
+        fresh._cache = {name: entry for name, entry in self._cache.items() if name not in affected}
+        return fresh
+
     def slices_of_pool(self, driver: str, pool: str) -> list[ResourceSlice]:
         return self._by_pool.get((driver, pool), [])
 

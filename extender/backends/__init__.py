@@ -1,0 +1,1 @@
+"""Backends: where the cluster state comes from and where writes go (embedded or Kubernetes)."""

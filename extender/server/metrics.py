@@ -1,0 +1,144 @@
+"""Prometheus metrics of one app, in the app's own ``CollectorRegistry`` (tests build many apps).
+
+Two kinds:
+
+- events, counted as they happen by the handlers: verb latency, nodes passed/failed per filter,
+  binds by outcome and error class, errors answered per verb;
+- state, read at scrape time by ``_StateCollector`` from the service: allocations made, ledger
+  size, cache sizes, CEL compile and result-cache hits and misses, readiness. Nothing polls.
+
+Label values are bounded: verbs are fixed names, reasons are error class names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from extender.state.service import SchedulingService
+
+__all__ = ["NAMESPACE", "Metrics"]
+
+NAMESPACE = "dra_extender"
+
+#: Verb latencies: a warm filter is sub-millisecond; a bind does several writes; the scheduler's
+#: default extender timeout is 5 s, so buckets stop there.
+_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+#: Node counts per filter: up to the 5000-node clusters the body limit is sized for.
+_NODE_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+
+
+class Metrics:
+    """The app's metric families; ``registry`` is what ``/metrics`` renders."""
+
+    def __init__(self, service: SchedulingService) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.request_seconds = Histogram(
+            "request_duration_seconds",
+            "Time to answer an extender or debug request, by verb.",
+            ["verb"],
+            namespace=NAMESPACE,
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.filter_nodes = Counter(
+            "filter_nodes",
+            "Nodes judged by filter, by result (passed, failed, unresolvable).",
+            ["result"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.filter_passed = Histogram(
+            "filter_passed_nodes",
+            "Nodes that passed, per filter request.",
+            namespace=NAMESPACE,
+            buckets=_NODE_BUCKETS,
+            registry=self.registry,
+        )
+        self.filter_failed = Histogram(
+            "filter_failed_nodes",
+            "Nodes that failed (FailedNodes + FailedAndUnresolvableNodes), per filter request.",
+            namespace=NAMESPACE,
+            buckets=_NODE_BUCKETS,
+            registry=self.registry,
+        )
+        self.binds = Counter(
+            "binds",
+            "Bind requests by outcome (bound, error) and reason (the error class name; empty when bound).",
+            ["outcome", "reason"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "verb_errors",
+            "Verb requests answered with Error (or, for prioritize, no scores), by verb and error class.",
+            ["verb", "reason"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.bad_requests = Counter(
+            "bad_requests",
+            "Requests refused as malformed (HTTP 400/404/405/413), by status code.",
+            ["code"],
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        self.registry.register(_StateCollector(service))
+
+    def observe_filter(self, *, passed: int, failed: int, unresolvable: int) -> None:
+        self.filter_nodes.labels("passed").inc(passed)
+        self.filter_nodes.labels("failed").inc(failed)
+        self.filter_nodes.labels("unresolvable").inc(unresolvable)
+        self.filter_passed.observe(passed)
+        self.filter_failed.observe(failed + unresolvable)
+
+
+class _StateCollector(Collector):
+    """Gauges and counters read from the service when Prometheus scrapes."""
+
+    def __init__(self, service: SchedulingService) -> None:
+        self._service = service
+
+    def describe(self) -> list[Metric]:
+        return []  # families are only known at collect time; skip the describe-time collect
+
+    def collect(self) -> Iterator[Metric]:
+        service = self._service
+        store = service.store
+        ready = GaugeMetricFamily(f"{NAMESPACE}_ready", "1 once the backend's caches have synced.")
+        ready.add_metric([], 1.0 if service.backend.synced else 0.0)
+        yield ready
+        allocations = CounterMetricFamily(f"{NAMESPACE}_allocations", "Claims allocated by successful binds.")
+        allocations.add_metric([], service.stats.allocations)
+        yield allocations
+        ledger = GaugeMetricFamily(f"{NAMESPACE}_ledger_entries", "Claim allocations in flight (bind decided, not yet seen).")
+        ledger.add_metric([], len(service.ledger))
+        yield ledger
+        cache = GaugeMetricFamily(f"{NAMESPACE}_cache_objects", "Objects held in the cache, by kind.", labels=["kind"])
+        for kind, size in (
+            ("slices", len(store.slices)),
+            ("devices", store.device_count()),
+            ("claims", len(store.claims)),
+            ("classes", len(store.classes)),
+            ("templates", len(store.templates)),
+            ("nodes", len(store.nodes)),
+            ("pods", len(store.pods)),
+        ):
+            cache.add_metric([kind], size)
+        yield cache
+        stats = store.selectors.stats
+        compiles = CounterMetricFamily(
+            f"{NAMESPACE}_cel_compile_cache", "CEL compile-cache lookups, by result.", labels=["result"]
+        )
+        compiles.add_metric(["hit"], stats.compile_hits)
+        compiles.add_metric(["miss"], stats.compile_misses)
+        yield compiles
+        results = CounterMetricFamily(
+            f"{NAMESPACE}_cel_result_cache", "CEL selector result-cache lookups, by result.", labels=["result"]
+        )
+        results.add_metric(["hit"], stats.result_hits)
+        results.add_metric(["miss"], stats.result_misses)
+        yield results

@@ -1,0 +1,279 @@
+"""The kube-scheduler extender wire format (spec/extender-protocol-and-peers.md A.1), exactly.
+
+Requests are read key by key with PascalCase names (``Pod``, ``Nodes``, ``NodeNames``, ``PodName``,
+...) and turned into small typed values; anything malformed raises ``BadRequest`` naming the
+problem, before anything changes. Answers are built as plain dicts for ``orjson``:
+
+- ``ExtenderFilterResult`` ``{Nodes, NodeNames, FailedNodes, FailedAndUnresolvableNodes, Error}``:
+  in nodeCacheCapable mode (``NodeNames`` sent) ``NodeNames`` is always a list, even empty, because
+  the scheduler reads a null list as "drop every node"; otherwise ``Nodes`` echoes the NodeList with
+  the full Node objects that passed.
+- ``HostPriorityList`` ``[{"Host", "Score"}]``; ``ExtenderBindingResult`` ``{Error}``.
+
+``wire_field`` is the one place that decides which field an ``ExtenderError`` lands in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from extender.core.errors import DoesNotFit, ExtenderError, NodeUnresolvable
+
+__all__ = [
+    "BadRequest",
+    "BindingArgs",
+    "ExtenderArgs",
+    "WireField",
+    "binding_result",
+    "error_filter_result",
+    "error_text",
+    "filter_result",
+    "parse_binding_args",
+    "parse_extender_args",
+    "priority_list",
+    "wire_field",
+]
+
+
+class BadRequest(Exception):
+    """A request the server cannot read; HTTP 400 with ``{"error": message}``. Server-only."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class WireField(Enum):
+    FAILED_NODES = "FailedNodes"
+    FAILED_AND_UNRESOLVABLE_NODES = "FailedAndUnresolvableNodes"
+    ERROR = "Error"
+
+
+def wire_field(exc: BaseException) -> WireField:
+    """Where an error goes in a filter answer. Order matters: NodeUnresolvable is a DoesNotFit.
+
+    Only "does not fit" is about one node; everything else (PodUnschedulable, Transient, a missing
+    or invalid object, a bug) is the whole request's ``Error``, so the scheduler backs off and retries.
+    """
+    if isinstance(exc, NodeUnresolvable):
+        return WireField.FAILED_AND_UNRESOLVABLE_NODES
+    if isinstance(exc, DoesNotFit):
+        return WireField.FAILED_NODES
+    return WireField.ERROR
+
+
+# --- requests ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderArgs:
+    """A filter / prioritize / explain request."""
+
+    pod: dict[str, Any]
+    node_names: list[str]
+    """The candidate nodes in request order, from ``NodeNames`` or from ``Nodes.items``."""
+    node_list: dict[str, Any] | None = None
+    """The ``Nodes`` NodeList as sent (nodeCacheCapable false), else None."""
+    names_given: bool = True
+    """``NodeNames`` was a list: answer with ``NodeNames``."""
+
+    @property
+    def pod_key(self) -> str:
+        meta = self.pod["metadata"]
+        return f"{meta.get('namespace') or 'default'}/{meta['name']}"
+
+    @property
+    def nodes(self) -> list[dict[str, Any]]:
+        """The full Node objects (empty in nodeCacheCapable mode)."""
+        if self.node_list is None:
+            return []
+        items: list[dict[str, Any]] = self.node_list.get("items") or []
+        return items
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    pod_name: str
+    pod_namespace: str
+    pod_uid: str
+    node: str
+
+    @property
+    def pod_key(self) -> str:
+        return f"{self.pod_namespace}/{self.pod_name}"
+
+
+def _object(value: Any, what: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise BadRequest(f"{what} must be a JSON object, not {_json_type(value)}")
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"
+
+
+def _name(meta: Mapping[str, Any], what: str) -> str:
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise BadRequest(f"{what}.metadata.name must be a non-empty string")
+    return name
+
+
+def _check_pod(raw: Any) -> dict[str, Any]:
+    """The fields of the pod the verbs read; the rest is passed through untouched."""
+    pod = _object(raw, "Pod")
+    meta = _object(pod.get("metadata"), "Pod.metadata")
+    _name(meta, "Pod")
+    for key in ("namespace", "uid"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            raise BadRequest(f"Pod.metadata.{key} must be a string")
+    spec = pod.get("spec")
+    if spec is not None:
+        spec = _object(spec, "Pod.spec")
+        claims = spec.get("resourceClaims")
+        if claims is not None:
+            _list_of_named_objects(claims, "Pod.spec.resourceClaims")
+    status = pod.get("status")
+    if status is not None:
+        status = _object(status, "Pod.status")
+        statuses = status.get("resourceClaimStatuses")
+        if statuses is not None:
+            _list_of_named_objects(statuses, "Pod.status.resourceClaimStatuses")
+    return pod
+
+
+def _list_of_named_objects(value: Any, what: str) -> None:
+    if not isinstance(value, list):
+        raise BadRequest(f"{what} must be an array, not {_json_type(value)}")
+    for i, item in enumerate(value):
+        entry = _object(item, f"{what}[{i}]")
+        if not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise BadRequest(f"{what}[{i}].name must be a non-empty string")
+
+
+def _check_node(raw: Any, index: int) -> str:
+    what = f"Nodes.items[{index}]"
+    node = _object(raw, what)
+    meta = _object(node.get("metadata"), f"{what}.metadata")
+    name = _name(meta, what)
+    labels = meta.get("labels")
+    if labels is not None:
+        labels = _object(labels, f"{what}.metadata.labels")
+        if not all(isinstance(v, str) for v in labels.values()):
+            raise BadRequest(f"{what}.metadata.labels values must be strings")
+    return name
+
+
+def parse_extender_args(body: Any) -> ExtenderArgs:
+    """ExtenderArgs: ``Pod`` required; ``Nodes`` (a NodeList) or ``NodeNames`` (strings) required.
+
+    Upstream sends exactly one of the two. If both come, ``Nodes`` decides the candidates and the
+    answer carries both fields.
+    """
+    args = _object(body, "request body")
+    if "Pod" not in args or args["Pod"] is None:
+        raise BadRequest("Pod is required")
+    pod = _check_pod(args["Pod"])
+    raw_names = args.get("NodeNames")
+    raw_list = args.get("Nodes")
+    if raw_names is None and raw_list is None:
+        raise BadRequest("one of Nodes or NodeNames is required")
+    names: list[str] | None = None
+    if raw_names is not None:
+        if not isinstance(raw_names, list) or not all(isinstance(n, str) and n for n in raw_names):
+            raise BadRequest("NodeNames must be an array of non-empty strings")
+        names = list(raw_names)
+    if raw_list is None:
+        assert names is not None
+        return ExtenderArgs(pod=pod, node_names=names)
+    node_list = _object(raw_list, "Nodes")
+    items = node_list.get("items")
+    if items is None:
+        items = []  # Go encodes an empty NodeList's items as null
+    if not isinstance(items, list):
+        raise BadRequest(f"Nodes.items must be an array, not {_json_type(items)}")
+    listed = [_check_node(item, i) for i, item in enumerate(items)]
+    return ExtenderArgs(pod=pod, node_names=listed, node_list=node_list, names_given=names is not None)
+
+
+def parse_binding_args(body: Any) -> BindingArgs:
+    """ExtenderBindingArgs: all four fields are required non-empty strings."""
+    args = _object(body, "request body")
+    values: list[str] = []
+    for key in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = args.get(key)
+        if value is None:
+            raise BadRequest(f"{key} is required")
+        if not isinstance(value, str) or not value:
+            raise BadRequest(f"{key} must be a non-empty string")
+        values.append(value)
+    return BindingArgs(*values)
+
+
+# --- answers ----------------------------------------------------------------------------------
+
+
+def filter_result(
+    args: ExtenderArgs,
+    passed: Sequence[str],
+    *,
+    failed: Mapping[str, str],
+    unresolvable: Mapping[str, str],
+    error: str = "",
+) -> dict[str, Any]:
+    """ExtenderFilterResult for the nodes that passed, in the mode the request used."""
+    result: dict[str, Any] = {
+        "Nodes": None,
+        "NodeNames": None,
+        "FailedNodes": dict(failed),
+        # the scheduler lets this map win over FailedNodes; keep a node in only one of them
+        "FailedAndUnresolvableNodes": dict(unresolvable),
+        "Error": error,
+    }
+    for node in unresolvable:
+        result["FailedNodes"].pop(node, None)
+    if args.node_list is not None:
+        keep = set(passed)
+        items = [item for item in args.nodes if item["metadata"]["name"] in keep]
+        result["Nodes"] = {**args.node_list, "items": items}
+    if args.names_given:
+        result["NodeNames"] = list(passed)
+    return result
+
+
+def error_filter_result(args: ExtenderArgs | None, error: str) -> dict[str, Any]:
+    """A filter answer that rejects the whole request with ``Error`` (no node passes)."""
+    if args is None:  # the request could not even be read into ExtenderArgs
+        return {"Nodes": None, "NodeNames": [], "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": error}
+    return filter_result(args, [], failed={}, unresolvable={}, error=error)
+
+
+def priority_list(scores: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
+    """HostPriorityList; scores are clamped to 0..10 because the scheduler does not clamp them."""
+    return [{"Host": node, "Score": max(0, min(10, int(score)))} for node, score in scores]
+
+
+def binding_result(error: str = "") -> dict[str, str]:
+    return {"Error": error}
+
+
+def error_text(exc: BaseException) -> str:
+    """The text for ``Error``: an ExtenderError's reason, else a generic internal-error message
+    (no internals on the wire; the traceback goes to the log)."""
+    if isinstance(exc, ExtenderError):
+        return exc.reason
+    return f"internal error in dra-extender ({type(exc).__name__}); see the extender log"

@@ -1,0 +1,106 @@
+"""Which ResourceClaims a pod uses, and whether they can be used now (spec/dra-allocation.md §13.1-§13.2a).
+
+``resolve_pod_claims`` reads the pod's ``spec.resourceClaims`` against the store and the in-flight
+ledger and sorts the claims into "to allocate" and "already allocated", or raises:
+
+- ``ClaimNotCreated`` / ``Transient`` for conditions that fix themselves (a template claim not
+  created yet, a claim being deleted, a claim another pod is allocating right now, a claim at its
+  256-consumer limit): the scheduler retries with backoff (spec §20: with the in-tree plugin
+  disabled these pods reach the extender and must get ``Error``, not failed nodes);
+- ``PodUnschedulable`` for a pod spec no retry can fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from extender.core.errors import ClaimNotCreated, PodUnschedulable, Transient
+from extender.core.model import ResourceClaim
+from extender.state.ledger import InFlightLedger
+from extender.state.store import ObjectStore
+
+__all__ = ["MAX_CONSUMERS", "PodClaims", "pod_identity", "resolve_pod_claims"]
+
+#: ResourceClaimReservedForMaxSize.
+MAX_CONSUMERS = 256
+
+
+@dataclass(slots=True)
+class PodClaims:
+    """A pod's claims, in pod order."""
+
+    pod_key: str
+    pod_uid: str
+    all: list[ResourceClaim] = field(default_factory=list)
+    #: Not allocated yet: the allocator picks devices for these.
+    to_allocate: list[ResourceClaim] = field(default_factory=list)
+    #: Already allocated (shared, pre-allocated, or ours from an earlier bind attempt).
+    allocated: list[ResourceClaim] = field(default_factory=list)
+
+
+def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(namespace, name, uid) of a raw pod."""
+    meta = pod.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or ""), str(meta.get("uid") or "")
+
+
+def _owned_by(raw_claim: Mapping[str, Any], pod_uid: str) -> bool:
+    for ref in (raw_claim.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") and ref.get("uid") == pod_uid:
+            return True
+    return False
+
+
+def reserved_for(claim: ResourceClaim, pod_uid: str) -> bool:
+    return any(ref.uid == pod_uid for ref in claim.reserved_for)
+
+
+def resolve_pod_claims(pod: Mapping[str, Any], store: ObjectStore, ledger: InFlightLedger) -> PodClaims:
+    namespace, name, uid = pod_identity(pod)
+    result = PodClaims(pod_key=f"{namespace}/{name}", pod_uid=uid)
+    spec = pod.get("spec") or {}
+    statuses = {
+        entry.get("name"): entry
+        for entry in ((pod.get("status") or {}).get("resourceClaimStatuses") or [])
+        if isinstance(entry, dict)
+    }
+    for pod_claim in spec.get("resourceClaims") or []:
+        pod_claim_name = pod_claim.get("name")
+        if pod_claim.get("resourceClaimName"):
+            claim_name, check_owner = str(pod_claim["resourceClaimName"]), False
+        elif pod_claim.get("resourceClaimTemplateName"):
+            entry = statuses.get(pod_claim_name)
+            if entry is None:
+                raise ClaimNotCreated(f'pod "{namespace}/{name}": ResourceClaim not created yet')
+            if not entry.get("resourceClaimName"):
+                continue  # intentionally not created
+            claim_name, check_owner = str(entry["resourceClaimName"]), True
+        else:
+            raise PodUnschedulable(
+                f'pod "{namespace}/{name}", spec.resourceClaim "{pod_claim_name}": none of the supported fields are set'
+            )
+        key = f"{namespace}/{claim_name}"
+        claim = store.claims.get(key)
+        if claim is None:
+            raise ClaimNotCreated(f'resourceclaim.resource.k8s.io "{claim_name}" not found', claim=key)
+        if claim.deletion_timestamp:
+            raise Transient(f'resourceclaim "{claim_name}" is being deleted', claim=key)
+        if check_owner and not _owned_by(store.raw_claims.get(key) or {}, uid):
+            raise Transient(
+                f"ResourceClaim {key} was not created for pod {namespace}/{name} (pod is not owner)", claim=key
+            )
+        result.all.append(claim)
+        if claim.allocation is not None:
+            if not reserved_for(claim, uid) and len(claim.reserved_for) >= MAX_CONSUMERS:
+                raise Transient(
+                    f"resource claim {key} is already reserved for {MAX_CONSUMERS} consumers, the maximum", claim=key
+                )
+            result.allocated.append(claim)
+            continue
+        in_flight = ledger.get(key)
+        if in_flight is not None and in_flight.pod_uid != uid:
+            raise Transient(f"resource claim {key} is in the process of being allocated", claim=key)
+        result.to_allocate.append(claim)
+    return result

@@ -1,0 +1,100 @@
+"""The in-flight ledger: allocations decided by ``bind`` but not yet visible in the store.
+
+Between choosing devices for a pod and the store showing the claim's new ``status.allocation``
+(the embedded backend: the write returns; the kube backend: the watch event arrives), those devices
+must count as used, or a concurrent filter or bind could hand them out again. The ledger holds
+one entry per claim being allocated; the service adds its devices to the allocated state, and
+treats a claim in flight for another pod as "being allocated" (upstream's in-flight map).
+
+An entry is dropped when the store shows the allocation (``reconcile``), on rollback, or after a
+TTL, so a crash mid-bind cannot hold devices forever.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+from extender.core.model import AllocatedState, AllocationResult, ResourceClaim
+
+__all__ = ["InFlightAllocation", "InFlightLedger"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InFlightAllocation:
+    claim_key: str  # namespace/name
+    claim_uid: str
+    pod_key: str
+    pod_uid: str
+    node: str
+    result: AllocationResult
+    expires_at: float
+
+
+class InFlightLedger:
+    """Allocations in flight, keyed by claim (``namespace/name``)."""
+
+    def __init__(self, *, ttl_seconds: float = 120.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl_seconds = ttl_seconds
+        self._clock = clock
+        self._entries: dict[str, InFlightAllocation] = {}
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[InFlightAllocation]:
+        return iter(tuple(self._entries.values()))
+
+    def get(self, claim_key: str) -> InFlightAllocation | None:
+        return self._entries.get(claim_key)
+
+    def add(
+        self, *, claim: ResourceClaim, pod_key: str, pod_uid: str, node: str, result: AllocationResult
+    ) -> InFlightAllocation:
+        entry = InFlightAllocation(
+            claim_key=claim.key,
+            claim_uid=claim.uid,
+            pod_key=pod_key,
+            pod_uid=pod_uid,
+            node=node,
+            result=result,
+            expires_at=self._clock() + self.ttl_seconds,
+        )
+        self._entries[claim.key] = entry
+        return entry
+
+    def drop(self, claim_key: str) -> InFlightAllocation | None:
+        return self._entries.pop(claim_key, None)
+
+    def expire(self) -> list[InFlightAllocation]:
+        """Drop and return the entries older than the TTL."""
+        now = self._clock()
+        gone = [e for e in self._entries.values() if e.expires_at <= now]
+        for entry in gone:
+            del self._entries[entry.claim_key]
+        return gone
+
+    def reconcile(self, claims: Mapping[str, ResourceClaim]) -> list[InFlightAllocation]:
+        """Drop entries the store has caught up with: the claim shows an allocation, or it is gone
+        or was re-created (another UID). Returns the dropped entries."""
+        done: list[InFlightAllocation] = []
+        for entry in tuple(self._entries.values()):
+            claim = claims.get(entry.claim_key)
+            if claim is None or claim.uid != entry.claim_uid or claim.allocation is not None:
+                done.append(entry)
+                del self._entries[entry.claim_key]
+        return done
+
+    def overlay(self, base: AllocatedState) -> AllocatedState:
+        """``base`` plus the devices of every entry (a new object when there are entries)."""
+        if not self._entries:
+            return base
+        state = AllocatedState(
+            devices=set(base.devices),
+            shared_ids=set(base.shared_ids),
+            consumed_capacity={k: dict(v) for k, v in base.consumed_capacity.items()},
+        )
+        for entry in self._entries.values():
+            state.add_allocation(entry.result)
+        return state

@@ -1,0 +1,470 @@
+"""The scheduling service: the extender verbs as plain methods (no HTTP here).
+
+- ``filter`` and ``prioritize`` are read-only and synchronous: they resolve the pod's claims, run
+  the allocator against the store plus the in-flight ledger, and map outcomes to answers.
+- ``bind`` decides again for the chosen node under a lock, records the decision in the ledger,
+  writes each claim (finalizer, then ``status.allocation`` + ``reservedFor`` in one status write
+  guarded by resourceVersion; retried on conflict), then binds the pod. Any failure rolls back
+  exactly what it wrote and raises; a repeated bind after success succeeds without a second
+  allocation.
+
+Answer taxonomy (DESIGN.md): a transient condition or a fatal pod problem is ``Error``; a node
+where the claims do not fit now is ``FailedNodes``; a node that can never fit the pod as things
+stand (invalid pools, a pre-allocated claim pinned elsewhere, no device of the requested classes)
+is ``FailedAndUnresolvableNodes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import datetime
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from extender.backends.base import Backend
+from extender.core.allocator import Allocation, Allocator
+from extender.core.convert import encode_allocation_result
+from extender.core.errors import (
+    DoesNotFit,
+    ExtenderError,
+    NotSynced,
+    ObjectNotFound,
+    PodUnschedulable,
+    Transient,
+    WriteConflict,
+)
+from extender.core.explain import explain_node
+from extender.core.model import AllocationResult, DeviceID, Features, NodeInfo, ResourceClaim, UnparsedVersion
+from extender.core.scoring import ScoringCandidate, ScoringPolicy, node_device_usage, score_candidates
+from extender.state.claims import PodClaims, pod_identity, reserved_for, resolve_pod_claims
+from extender.state.ledger import InFlightLedger
+
+__all__ = [
+    "CANNOT_ALLOCATE",
+    "DELETE_PROTECTION_FINALIZER",
+    "NOT_AVAILABLE",
+    "NO_CLASS_DEVICES",
+    "FilterOutcome",
+    "SchedulingService",
+    "ServiceStats",
+]
+
+log = structlog.get_logger()
+
+DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
+CANNOT_ALLOCATE = "cannot allocate all claims"
+NOT_AVAILABLE = "resourceclaim not available on the node"
+NO_CLASS_DEVICES = "no devices of the requested device classes on the node"
+NOT_SYNCED = "cache not synced yet"
+#: client-go's retry.DefaultRetry: 5 attempts on conflict.
+WRITE_ATTEMPTS = 5
+
+
+@dataclass(slots=True)
+class FilterOutcome:
+    node_names: list[str]
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+
+@dataclass(slots=True)
+class ServiceStats:
+    """Counters the server exports as metrics."""
+
+    allocations: int = 0  # claims allocated by successful binds
+    binds_ok: int = 0
+    binds_failed: dict[str, int] = field(default_factory=dict)  # by error class name
+
+
+@dataclass(slots=True)
+class _Written:
+    """One claim write a bind made, so a failure can undo exactly it."""
+
+    claim_key: str
+    added_finalizer: bool = False
+    set_allocation: bool = False
+    added_reservation: bool = False
+
+
+class SchedulingService:
+    """filter / prioritize / bind / explain over one backend; see the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        backend: Backend,
+        ledger: InFlightLedger | None = None,
+        features: Features = Features(),
+        scoring: ScoringPolicy | None = None,
+        scoring_annotation: str = "dra-extender.io/scoring",
+    ) -> None:
+        self.backend = backend
+        self.store = backend.store
+        self.ledger = ledger if ledger is not None else InFlightLedger()
+        self.features = features
+        self.scoring = scoring if scoring is not None else ScoringPolicy.parse("binpack=1,prioritized=1")
+        self.scoring_annotation = scoring_annotation
+        self.stats = ServiceStats()
+        # Bind decisions are serialised: deciding is milliseconds, the writes happen outside it.
+        self._decide = asyncio.Lock()
+
+    # --- shared steps ---------------------------------------------------------------------
+
+    def _pod_for(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The pod as the backend holds it (it may carry status the request's copy lacks)."""
+        self.backend.observe_pod(dict(pod))
+        namespace, name, uid = pod_identity(pod)
+        stored = self.store.pods.get(f"{namespace}/{name}")
+        if stored is not None and pod_identity(stored)[2] == uid:
+            return stored
+        return pod
+
+    def _allocator(self, claims: PodClaims) -> Allocator:
+        self.ledger.expire()
+        self.ledger.reconcile(self.store.claims)
+        return Allocator(
+            claims.to_allocate,
+            classes=self.store.classes,
+            snapshot=self.store.snapshot(),
+            allocated=self.ledger.overlay(self.store.allocated_state()),
+            features=self.features,
+            selectors=self.store.selectors,
+            preallocated=claims.allocated,
+        )
+
+    def _why_not(self, allocator: Allocator, node: NodeInfo) -> tuple[bool, str]:
+        """(unresolvable, reason) for a node where allocate() returned None."""
+        if allocator.unavailable_claim(node) is not None:
+            return True, NOT_AVAILABLE
+        if allocator.lacks_class_devices(node):
+            return True, NO_CLASS_DEVICES
+        return False, CANNOT_ALLOCATE
+
+    # --- verbs -------------------------------------------------------------------------------
+
+    def filter(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
+        if not self.backend.synced:
+            return FilterOutcome([], error=NOT_SYNCED)
+        pod = self._pod_for(pod)
+        try:
+            claims = resolve_pod_claims(pod, self.store, self.ledger)
+        except ExtenderError as exc:
+            return FilterOutcome([], error=exc.reason)
+        if not claims.all:
+            return FilterOutcome(list(node_names))
+        allocator = self._allocator(claims)
+        nodes = [self.store.node(name) for name in node_names]
+        try:
+            outcomes = allocator.allocate_many(nodes)
+        except ExtenderError as exc:
+            return FilterOutcome([], error=exc.reason)
+        result = FilterOutcome([])
+        for node, outcome in zip(nodes, outcomes, strict=True):
+            if isinstance(outcome, Allocation):
+                result.node_names.append(node.name)
+            elif outcome is None:
+                try:
+                    unresolvable, reason = self._why_not(allocator, node)
+                except ExtenderError as exc:
+                    return FilterOutcome([], error=exc.reason)
+                (result.unresolvable if unresolvable else result.failed)[node.name] = reason
+            else:
+                result.unresolvable[node.name] = outcome.reason
+        return result
+
+    def prioritize(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
+        """A 0..10 score for every given node (0 where the claims do not fit)."""
+        if not self.backend.synced:
+            raise NotSynced(NOT_SYNCED)
+        pod = self._pod_for(pod)
+        claims = resolve_pod_claims(pod, self.store, self.ledger)
+        if not claims.all:
+            return [(name, 0) for name in node_names]
+        policy = self._policy_for(pod)
+        allocator = self._allocator(claims)
+        nodes = [self.store.node(name) for name in node_names]
+        candidates: list[ScoringCandidate] = []
+        snapshot = self.store.snapshot()
+        allocated = allocator.allocated
+        for node, outcome in zip(nodes, allocator.allocate_many(nodes), strict=True):
+            if isinstance(outcome, Allocation):
+                usage = node_device_usage(snapshot, node, allocated, self.features)
+                candidates.append(ScoringCandidate(outcome, usage))
+        scores = score_candidates(candidates, policy)
+        return [(name, scores.get(name, 0)) for name in node_names]
+
+    def _policy_for(self, pod: Mapping[str, Any]) -> ScoringPolicy:
+        annotations = (pod.get("metadata") or {}).get("annotations") or {}
+        text = annotations.get(self.scoring_annotation)
+        if not text:
+            return self.scoring
+        try:
+            return ScoringPolicy.parse(str(text))
+        except ValueError as exc:
+            raise PodUnschedulable(f"annotation {self.scoring_annotation}: {exc}") from exc
+
+    def explain(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:
+        """Per node, per claim, per request: fits or not and why (for /debug/explain)."""
+        namespace, name, _ = pod_identity(pod)
+        out: dict[str, Any] = {"pod": f"{namespace}/{name}", "error": "", "nodes": []}
+        if not self.backend.synced:
+            out["error"] = NOT_SYNCED
+            return out
+        pod = self._pod_for(pod)
+        try:
+            claims = resolve_pod_claims(pod, self.store, self.ledger)
+        except ExtenderError as exc:
+            out["error"] = exc.reason
+            return out
+        out["claims"] = [claim.key for claim in claims.all]
+        allocator = self._allocator(claims)
+        outcome = self.filter(pod, node_names)
+        out["error"] = outcome.error
+        for node_name in node_names:
+            node = self.store.node(node_name)
+            explanation = explain_node(
+                claims.to_allocate,
+                node,
+                snapshot=allocator.snapshot,
+                classes=self.store.classes,
+                allocated=allocator.allocated,
+                features=self.features,
+                selectors=self.store.selectors,
+            ).to_dict()
+            if node_name in outcome.unresolvable:
+                explanation["outcome"] = "FailedAndUnresolvable"
+                explanation["reason"] = outcome.unresolvable[node_name]
+            elif node_name in outcome.failed:
+                explanation["outcome"] = "Failed"
+                explanation["reason"] = outcome.failed[node_name]
+            elif outcome.error:
+                explanation["outcome"] = "Error"
+            else:
+                explanation["outcome"] = "Fits"
+            unavailable = allocator.unavailable_claim(node)
+            if unavailable is not None:
+                explanation["unavailableClaim"] = unavailable.key
+            out["nodes"].append(explanation)
+        return out
+
+    # --- bind ------------------------------------------------------------------------------------
+
+    async def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
+        if not self.backend.synced:
+            raise NotSynced(NOT_SYNCED)
+        try:
+            await self._bind(namespace, name, uid, node_name)
+        except ExtenderError as exc:
+            kind = type(exc).__name__
+            self.stats.binds_failed[kind] = self.stats.binds_failed.get(kind, 0) + 1
+            log.info("bind.finished", pod=f"{namespace}/{name}", node=node_name, outcome="error", reason=exc.reason)
+            raise
+        self.stats.binds_ok += 1
+        log.info("bind.finished", pod=f"{namespace}/{name}", node=node_name, outcome="bound")
+
+    async def _bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
+        pod = await self.backend.get_pod(namespace, name)
+        if pod is None:
+            raise ObjectNotFound(f'pod "{namespace}/{name}" not found')
+        actual_uid = pod_identity(pod)[2]
+        if uid and actual_uid != uid:
+            raise WriteConflict(f'pod "{namespace}/{name}" has UID {actual_uid}, not {uid}: it was re-created')
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        claims = resolve_pod_claims(pod, self.store, self.ledger)
+        if bound_to:
+            if bound_to == node_name and all(reserved_for(c, actual_uid) for c in claims.all):
+                return  # a retry after success: nothing left to do
+            raise WriteConflict(f'pod "{namespace}/{name}" is already bound to node {bound_to}')
+
+        node = self.store.node(node_name)
+        async with self._decide:
+            claims = resolve_pod_claims(pod, self.store, self.ledger)
+            allocator = self._allocator(claims)
+            allocation = allocator.allocate(node)
+            if allocation is None:
+                _, reason = self._why_not(allocator, node)
+                raise DoesNotFit(f"node {node_name} no longer fits the pod: {reason}", node=node_name)
+            for claim, result in zip(claims.to_allocate, allocation.results, strict=True):
+                self.ledger.add(claim=claim, pod_key=claims.pod_key, pod_uid=actual_uid, node=node_name, result=result)
+
+        written: list[_Written] = []
+        try:
+            results = dict(zip((c.key for c in claims.to_allocate), allocation.results, strict=True))
+            for claim in claims.all:
+                record = _Written(claim.key)
+                written.append(record)
+                if claim.key in results:
+                    await self._write_allocation(claim, results[claim.key], pod, record)
+                    self.stats.allocations += 1
+                elif not reserved_for(claim, actual_uid):
+                    await self._write_reservation(claim, pod, record)
+            await self.backend.bind_pod(namespace, name, actual_uid, node_name)
+        except ExtenderError:
+            await self._rollback(written, pod)
+            for claim in claims.to_allocate:
+                self.ledger.drop(claim.key)
+            raise
+        # Entries leave the ledger once the store shows the allocations (reconcile).
+        self.ledger.reconcile(self.store.claims)
+
+    async def _fresh_claim(self, claim: ResourceClaim, attempt: int) -> dict[str, Any]:
+        """The claim to modify: the cached copy first, the API's from the second attempt on."""
+        if attempt == 0:
+            cached = self.store.raw_claims.get(claim.key)
+            if cached is not None:
+                return copy.deepcopy(cached)
+        return await self.backend.get_claim(claim.namespace, claim.name)
+
+    async def _write_allocation(
+        self, claim: ResourceClaim, result: AllocationResult, pod: Mapping[str, Any], record: _Written
+    ) -> None:
+        _, name, uid = pod_identity(pod)
+        for attempt in range(WRITE_ATTEMPTS):
+            raw = await self._fresh_claim(claim, attempt)
+            meta = raw.setdefault("metadata", {})
+            status = raw.setdefault("status", {})
+            if (meta.get("uid") and claim.uid and meta["uid"] != claim.uid) or meta.get("deletionTimestamp"):
+                raise Transient(f"claim {claim.key} got deleted in the meantime", claim=claim.key)
+            if status.get("allocation"):
+                raise Transient(f"claim {claim.key} got allocated elsewhere in the meantime", claim=claim.key)
+            try:
+                finalizers = meta.setdefault("finalizers", [])
+                if DELETE_PROTECTION_FINALIZER not in finalizers:
+                    finalizers.append(DELETE_PROTECTION_FINALIZER)
+                    raw = await self.backend.update_claim(raw)
+                    record.added_finalizer = True
+                    status = raw.setdefault("status", {})
+                allocation = encode_allocation_result(result, str(raw.get("apiVersion") or claim.api_version))
+                allocation["allocationTimestamp"] = _now()
+                status["allocation"] = allocation
+                status.setdefault("reservedFor", []).append({"resource": "pods", "name": name, "uid": uid})
+                await self.backend.update_claim_status(raw)
+                record.set_allocation = True
+                record.added_reservation = True
+                return
+            except WriteConflict:
+                continue
+        raise WriteConflict(f"add allocation and reservation to claim {claim.key}: conflict", claim=claim.key)
+
+    async def _write_reservation(self, claim: ResourceClaim, pod: Mapping[str, Any], record: _Written) -> None:
+        _, name, uid = pod_identity(pod)
+        for attempt in range(WRITE_ATTEMPTS):
+            raw = await self._fresh_claim(claim, attempt)
+            status = raw.setdefault("status", {})
+            if not status.get("allocation"):
+                raise Transient(f"claim {claim.key} got deallocated in the meantime", claim=claim.key)
+            consumers = status.setdefault("reservedFor", [])
+            if any(ref.get("uid") == uid for ref in consumers):
+                return
+            consumers.append({"resource": "pods", "name": name, "uid": uid})
+            try:
+                # The allocation goes back exactly as stored: the API server rejects any change.
+                await self.backend.update_claim_status(raw)
+            except WriteConflict:
+                continue
+            record.added_reservation = True
+            return
+        raise WriteConflict(f"add reservation to claim {claim.key}: conflict", claim=claim.key)
+
+    async def _rollback(self, written: list[_Written], pod: Mapping[str, Any]) -> None:
+        """Undo exactly what this bind wrote, newest first. Failures are logged, not raised: the
+        claim controller and the ledger's TTL are the backstop."""
+        _, _, uid = pod_identity(pod)
+        for record in reversed(written):
+            if not (record.added_finalizer or record.set_allocation or record.added_reservation):
+                continue
+            namespace, _, name = record.claim_key.partition("/")
+            for _attempt in range(WRITE_ATTEMPTS):
+                try:
+                    await self._undo(namespace, name, uid, record)
+                    break
+                except WriteConflict:
+                    continue
+                except ObjectNotFound:
+                    break
+                except ExtenderError as exc:
+                    log.warning("bind.rollback_failed", claim=record.claim_key, reason=exc.reason)
+                    break
+
+    async def _undo(self, namespace: str, name: str, uid: str, record: _Written) -> None:
+        raw = await self.backend.get_claim(namespace, name)
+        status = raw.setdefault("status", {})
+        consumers = status.get("reservedFor") or []
+        if record.added_reservation and any(ref.get("uid") == uid for ref in consumers):
+            consumers = [ref for ref in consumers if ref.get("uid") != uid]
+            status["reservedFor"] = consumers
+            if record.set_allocation and not consumers:
+                status.pop("allocation", None)
+                status.pop("reservedFor", None)
+                status.pop("devices", None)
+            raw = await self.backend.update_claim_status(raw)
+        if record.added_finalizer and not (raw.get("status") or {}).get("allocation"):
+            finalizers = (raw.get("metadata") or {}).get("finalizers") or []
+            if DELETE_PROTECTION_FINALIZER in finalizers:
+                raw["metadata"]["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
+                await self.backend.update_claim(raw)
+
+    # --- debug views -------------------------------------------------------------------------
+
+    def debug_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        raw = self.store.raw_claims.get(f"{namespace}/{name}")
+        return copy.deepcopy(raw) if raw is not None else None
+
+    def debug_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        raw = self.store.pods.get(f"{namespace}/{name}")
+        return copy.deepcopy(raw) if raw is not None else None
+
+    def debug_node(self, node_name: str) -> dict[str, Any]:
+        """The node's devices, each with its pool, attributes and the claim holding it (if any)."""
+        holders: dict[DeviceID, list[str]] = {}
+        for claim in self.store.claims.values():
+            if claim.allocation is not None:
+                for result in claim.allocation.devices:
+                    holders.setdefault(result.device_id, []).append(claim.key)
+        for entry in self.ledger:
+            for result in entry.result.devices:
+                holders.setdefault(result.device_id, []).append(f"{entry.claim_key} (binding)")
+        node = self.store.node(node_name)
+        view = self.store.snapshot().node_view(node, self.features)
+        pools = []
+        for pool in view.pools:
+            pools.append(
+                {
+                    "driver": pool.driver,
+                    "pool": pool.name,
+                    "generation": pool.generation,
+                    "status": "incomplete" if pool.incomplete else ("invalid" if pool.invalid_reason else "ok"),
+                    **({"reason": pool.invalid_reason} if pool.invalid_reason else {}),
+                }
+            )
+        devices = [
+            {
+                "driver": entry.id.driver,
+                "pool": entry.id.pool,
+                "device": entry.id.device,
+                "slice": entry.slice.name,
+                "attributes": {k: _attribute_json(v) for k, v in entry.device.attributes.items()},
+                "capacity": {k: str(v.value) for k, v in entry.device.capacity.items()},
+                "claims": holders.get(entry.id, []),
+            }
+            for entry in view.devices
+        ]
+        return {"node": node_name, "labels": dict(node.labels), "pools": pools, "devices": devices}
+
+
+def _attribute_json(value: object) -> object:
+    if isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, UnparsedVersion):
+        return value.text
+    return str(value)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+

@@ -1,0 +1,153 @@
+"""ObjectStore ingest and incremental snapshots; InFlightLedger bookkeeping.
+
+The service's use of both is covered in test_service.py; decoding itself in tests/core/test_convert*.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from extender.core.errors import InvalidObject
+from extender.core.model import AllocationResult, DeviceResult, Features, NodeInfo
+from extender.state.ledger import InFlightLedger
+from extender.state.store import ObjectStore
+from tests import builders as b
+
+V1 = "resource.k8s.io/v1"
+FEATURES = Features()
+
+
+def raw_slice(name: str, node: str, devices: list[str], *, pool: str | None = None, count: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": V1,
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": "driver-a",
+            "nodeName": node,
+            "pool": {"name": pool or node, "generation": 1, "resourceSliceCount": count},
+            "devices": [{"name": d} for d in devices],
+        },
+    }
+
+
+def raw_claim(name: str, allocated: list[str] | None = None) -> dict[str, Any]:
+    claim: dict[str, Any] = {
+        "apiVersion": V1,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {"devices": {"requests": [{"name": "req-0", "exactly": {"deviceClassName": "class-a"}}]}},
+    }
+    if allocated:
+        claim["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "req-0", "driver": "driver-a", "pool": p, "device": d}
+                        for p, d in (x.split("/") for x in allocated)
+                    ]
+                }
+            }
+        }
+    return claim
+
+
+def test_upsert_decodes_and_indexes() -> None:
+    store = ObjectStore()
+    store.upsert(raw_slice("s1", "node-1", ["d1", "d2"]))
+    store.upsert(raw_claim("c1", ["node-1/d1"]))
+    store.upsert({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1", "labels": {"zone": "a"}}})
+    assert store.device_count() == 2
+    assert store.node("node-1") == NodeInfo("node-1", {"zone": "a"})
+    assert store.node("unknown").labels == {}
+    assert {str(d) for d in store.allocated_state().devices} == {"driver-a/node-1/d1"}
+    store.delete("ResourceClaim", "default", "c1")
+    assert store.allocated_state().devices == set()
+
+
+def test_malformed_claim_is_rejected_and_changes_nothing() -> None:
+    store = ObjectStore()
+    bad = raw_claim("c1")
+    bad["spec"]["devices"]["requests"][0]["exactly"]["count"] = -1
+    before = store.revision
+    with pytest.raises(InvalidObject, match="count"):
+        store.upsert(bad)
+    assert store.claims == {} and store.revision == before
+
+
+def test_snapshot_keeps_unaffected_node_views_warm() -> None:
+    store = ObjectStore()
+    for i in range(1, 4):
+        store.upsert(raw_slice(f"s{i}", f"node-{i}", ["d1"]))
+    first = store.snapshot()
+    views = {i: first.node_view(NodeInfo(f"node-{i}"), FEATURES) for i in range(1, 4)}
+    store.upsert(raw_slice("s2", "node-2", ["d1", "d2"]))  # node-2 changed
+    second = store.snapshot()
+    assert second is not first
+    assert second.node_view(NodeInfo("node-1"), FEATURES) is views[1]
+    assert second.node_view(NodeInfo("node-3"), FEATURES) is views[3]
+    changed = second.node_view(NodeInfo("node-2"), FEATURES)
+    assert changed is not views[2] and [e.id.device for e in changed.devices] == ["d1", "d2"]
+
+
+def test_snapshot_invalidates_every_node_of_a_multi_node_pool() -> None:
+    store = ObjectStore()
+    store.upsert(raw_slice("a", "node-1", ["d1"], pool="shared", count=2))
+    store.upsert(raw_slice("b", "node-2", ["d2"], pool="shared", count=2))
+    first = store.snapshot()
+    view1 = first.node_view(NodeInfo("node-1"), FEATURES)
+    assert [e.id.device for e in view1.devices] == ["d1"]
+    store.delete("ResourceSlice", None, "b")  # the pool is now incomplete for node-1 too
+    view1_after = store.snapshot().node_view(NodeInfo("node-1"), FEATURES)
+    assert view1_after is not view1
+    assert view1_after.devices == () and view1_after.pools[0].incomplete
+
+
+def test_replacing_a_slice_forgets_its_selector_results() -> None:
+    store = ObjectStore()
+    store.upsert(raw_slice("s1", "node-1", ["d1"]))
+    old = store.slices["s1"]
+    store.selectors.results('device.driver == "driver-a"', old)
+    store.upsert(raw_slice("s1", "node-1", ["d1", "d2"]))
+    assert store.selectors.table('device.driver == "driver-a"').get(old) is None
+
+
+def test_replace_drops_objects_missing_from_a_relist() -> None:
+    store = ObjectStore()
+    store.upsert(raw_slice("s1", "node-1", ["d1"]))
+    store.upsert(raw_slice("s2", "node-2", ["d1"]))
+    store.replace("ResourceSlice", [raw_slice("s2", "node-2", ["d1"])])
+    assert set(store.slices) == {"s2"}
+
+
+def _result(device: str) -> AllocationResult:
+    return AllocationResult(devices=(DeviceResult(request="req-0", driver="driver-a", pool="node-1", device=device),))
+
+
+def test_ledger_overlay_reconcile_and_ttl() -> None:
+    now = [100.0]
+    ledger = InFlightLedger(ttl_seconds=10, clock=lambda: now[0])
+    claim = b.claim("c1")
+    ledger.add(claim=claim, pod_key="default/p", pod_uid="u", node="node-1", result=_result("d1"))
+    assert len(ledger) == 1
+    overlay = ledger.overlay(ObjectStore().allocated_state())
+    assert {str(d) for d in overlay.devices} == {"driver-a/node-1/d1"}
+    # not allocated in the store yet: kept
+    assert ledger.reconcile({claim.key: claim}) == [] and len(ledger) == 1
+    now[0] += 10
+    assert [e.claim_key for e in ledger.expire()] == [claim.key]
+    assert len(ledger) == 0
+
+
+def test_ledger_drops_entries_the_store_caught_up_with() -> None:
+    ledger = InFlightLedger()
+    claim = b.claim("c1")
+    ledger.add(claim=claim, pod_key="default/p", pod_uid="u", node="node-1", result=_result("d1"))
+    allocated = dataclasses.replace(claim, allocation=_result("d1"))
+    assert [e.claim_key for e in ledger.reconcile({claim.key: allocated})] == [claim.key]
+    ledger.add(claim=claim, pod_key="default/p", pod_uid="u", node="node-1", result=_result("d1"))
+    recreated = dataclasses.replace(claim, uid="other")
+    assert len(ledger.reconcile({claim.key: recreated})) == 1
