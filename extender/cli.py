@@ -1,14 +1,20 @@
 """The ``dra-extender`` command line.
 
-``dra-extender allocate PATH... --claim NS/NAME`` loads manifests and shows, node by node, which devices
-the named claims would get, or why they do not fit. The service (``serve``) comes with the server layer.
+``dra-extender serve --cluster PATH... | --demo`` runs the extender service over an embedded cluster
+loaded from manifests. Every ``serve`` flag can also come from an environment variable
+(``DRA_EXTENDER_`` + the flag's name in upper snake case, e.g. ``DRA_EXTENDER_LISTEN``); a flag on the
+command line wins over its variable. ``dra-extender allocate PATH... --claim NS/NAME`` loads
+manifests and shows, node by node, which devices the named claims would get, or why they do not fit.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -29,7 +35,10 @@ from extender.core.model import (
     ResourceSlice,
 )
 from extender.core.pools import SliceSnapshot
+from extender.core.scoring import ScoringPolicy
+from extender.logconfig import LOG_FORMATS, LOG_LEVELS, configure_logging
 from extender.manifests import ManifestError, load_manifests
+from extender.server.settings import DEFAULT_MAX_BODY_BYTES, ServerSettings, parse_listen, ssl_context
 
 __all__ = ["main"]
 
@@ -157,6 +166,168 @@ def _print_report(report: list[dict[str, Any]]) -> None:
                     print(f"  {claim.get('claim')} {request.get('request')}: {request.get('message')}")
 
 
+# --- serve ------------------------------------------------------------------------------------------
+
+#: The demo cluster ships in the repository (deploy/examples), not inside the installed package.
+DEMO_CLUSTER = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "demo-cluster.yaml"
+#: binpack keeps whole nodes free for big jobs; prioritized is upstream's DynamicResources score
+#: (earlier firstAvailable alternatives win). Same default as SchedulingService.
+DEFAULT_SCORING = "binpack=1,prioritized=1"
+ENV_PREFIX = "DRA_EXTENDER_"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+def _env(flag: str) -> str:
+    """The variable of a flag: ``--tls-cert-file`` -> ``DRA_EXTENDER_TLS_CERT_FILE``."""
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+def _checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse ``type`` that keeps our ValueError text in the usage error."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from exc
+
+    convert.__name__ = parse.__name__
+    return convert
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise ValueError(f"must be a positive integer, not {text}")
+    return value
+
+
+def _add_serve(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run the extender service",
+        description="Run the kube-scheduler extender over an embedded cluster. Every flag can also be set "
+        f"with an environment variable {ENV_PREFIX}<FLAG> (e.g. {_env('--listen')}); flags win.",
+    )
+
+    def option(flag: str, default: str | None, help_text: str, **kwargs: Any) -> None:
+        env = _env(flag)
+        serve.add_argument(flag, default=os.environ.get(env, default), help=f"{help_text} [env {env}]", **kwargs)
+
+    source = serve.add_argument_group("cluster (one of)")
+    source.add_argument(
+        "--cluster",
+        action="append",
+        metavar="PATH",
+        help="manifest file (YAML/JSON, multi-document, kind: List) or directory; repeatable "
+        f"[env {_env('--cluster')}, paths separated by {os.pathsep!r}]",
+    )
+    source.add_argument(
+        "--demo",
+        action="store_true",
+        default=None,
+        help=f"serve the demo cluster {DEMO_CLUSTER.name} [env {_env('--demo')}=1]",
+    )
+    option(
+        "--listen",
+        "127.0.0.1:8888",
+        "HOST:PORT to listen on (default %(default)s)",
+        type=_checked(parse_listen),
+        metavar="HOST:PORT",
+    )
+    option("--path-prefix", "/", "serve every route under this path, e.g. /v1 (default %(default)s)")
+    option(
+        "--scoring",
+        DEFAULT_SCORING,
+        "prioritize policy: name[=weight],... of binpack, spread, prioritized, "
+        "topology:<attribute> (default %(default)s)",
+        type=_checked(ScoringPolicy.parse),
+    )
+    option(
+        "--max-body-bytes",
+        str(DEFAULT_MAX_BODY_BYTES),
+        "largest request body accepted, larger ones get HTTP 413; the default 64 MiB holds a "
+        "filter request with ~5000 full Node objects (default %(default)s)",
+        type=_checked(_positive_int),
+    )
+    option(
+        "--log-format",
+        "auto",
+        "json, console, or auto: console on a terminal (default %(default)s)",
+        choices=LOG_FORMATS,
+    )
+    option("--log-level", "info", "debug, info, warning, error (default %(default)s)", choices=LOG_LEVELS)
+    option("--tls-cert-file", None, "serve HTTPS with this PEM certificate chain (needs --tls-key-file)")
+    option("--tls-key-file", None, "PEM private key of --tls-cert-file")
+    option("--tls-client-ca-file", None, "require client certificates signed by this CA (mutual TLS)")
+    serve.set_defaults(func=_serve)
+
+
+def _cluster_paths(args: argparse.Namespace) -> list[str]:
+    """The manifests to serve; ValueError with a usage message if none or both sources are given."""
+    clusters = args.cluster
+    if clusters is None:
+        clusters = [p for p in os.environ.get(_env("--cluster"), "").split(os.pathsep) if p]
+    demo = args.demo if args.demo is not None else os.environ.get(_env("--demo"), "").lower() in _TRUE
+    if demo and clusters:
+        raise ValueError("give either --cluster or --demo, not both")
+    if demo:
+        if not DEMO_CLUSTER.is_file():
+            raise ValueError(
+                f"--demo serves {DEMO_CLUSTER}, which is missing: the demo cluster ships with the source "
+                "repository, not the installed package; run from a checkout or use --cluster PATH"
+            )
+        return [str(DEMO_CLUSTER)]
+    if not clusters:
+        raise ValueError("serve needs a cluster: --cluster PATH (repeatable) or --demo")
+    return list(clusters)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    # Imported here: the server stack (aiohttp, prometheus) is not needed by ``allocate``.
+    from extender.backends.embedded import EmbeddedBackend
+    from extender.server.app import create_app, run
+    from extender.state.service import SchedulingService
+
+    try:
+        paths = _cluster_paths(args)
+        host, port = args.listen
+        settings = ServerSettings(
+            path_prefix=args.path_prefix,
+            max_body_bytes=args.max_body_bytes,
+            host=host,
+            port=port,
+            tls_cert_file=args.tls_cert_file or None,
+            tls_key_file=args.tls_key_file or None,
+            tls_client_ca_file=args.tls_client_ca_file or None,
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        ssl_context(settings)  # fail now, with a clear message, not inside the event loop
+    except (OSError, ssl.SSLError) as exc:
+        print(f"error: TLS files: {exc}", file=sys.stderr)
+        return 2
+    try:
+        configure_logging(args.log_format, args.log_level)  # env values skip argparse's choices check
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        backend = EmbeddedBackend.from_paths(*paths)
+    except (ManifestError, ExtenderError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    service = SchedulingService(backend=backend, scoring=args.scoring)
+    try:
+        run(create_app(service, settings))
+    except OSError as exc:
+        print(f"error: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dra-extender", description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--version", action="version", version=f"dra-extender {__version__}")
@@ -167,6 +338,7 @@ def _parser() -> argparse.ArgumentParser:
     allocate.add_argument("--node", action="append", default=[], metavar="NODE", help="only try these nodes")
     allocate.add_argument("--json", action="store_true", help="print JSON instead of text")
     allocate.set_defaults(func=_allocate)
+    _add_serve(commands)
     return parser
 
 

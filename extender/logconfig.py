@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 import orjson
 import structlog
@@ -34,13 +35,15 @@ def configure_logging(fmt: LogFormat | str = "auto", level: str | int = "info") 
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    processors: list[structlog.types.Processor]
+    factory: Callable[..., Any]
     if fmt == "json":
         processors = [
             *shared,
             structlog.processors.format_exc_info,
             structlog.processors.JSONRenderer(serializer=orjson.dumps),
         ]
-        factory: structlog.types.WrappedLogger = structlog.BytesLoggerFactory()
+        factory = structlog.BytesLoggerFactory()
     else:
         processors = [*shared, structlog.dev.ConsoleRenderer()]
         factory = structlog.PrintLoggerFactory()

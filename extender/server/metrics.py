@@ -114,7 +114,9 @@ class _StateCollector(Collector):
         allocations = CounterMetricFamily(f"{NAMESPACE}_allocations", "Claims allocated by successful binds.")
         allocations.add_metric([], service.stats.allocations)
         yield allocations
-        ledger = GaugeMetricFamily(f"{NAMESPACE}_ledger_entries", "Claim allocations in flight (bind decided, not yet seen).")
+        ledger = GaugeMetricFamily(
+            f"{NAMESPACE}_ledger_entries", "Claim allocations in flight (bind decided, not yet seen)."
+        )
         ledger.add_metric([], len(service.ledger))
         yield ledger
         cache = GaugeMetricFamily(f"{NAMESPACE}_cache_objects", "Objects held in the cache, by kind.", labels=["kind"])

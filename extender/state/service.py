@@ -150,8 +150,8 @@ class SchedulingService:
     def filter(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
         if not self.backend.synced:
             return FilterOutcome([], error=NOT_SYNCED)
-        pod = self._pod_for(pod)
         try:
+            pod = self._pod_for(pod)
             claims = resolve_pod_claims(pod, self.store, self.ledger)
         except ExtenderError as exc:
             return FilterOutcome([], error=exc.reason)
@@ -215,8 +215,8 @@ class SchedulingService:
         if not self.backend.synced:
             out["error"] = NOT_SYNCED
             return out
-        pod = self._pod_for(pod)
         try:
+            pod = self._pod_for(pod)
             claims = resolve_pod_claims(pod, self.store, self.ledger)
         except ExtenderError as exc:
             out["error"] = exc.reason

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import orjson
 
@@ -26,14 +26,16 @@ CLUSTER_SCOPED = frozenset({"Node", "Namespace", "DeviceClass", "ResourceSlice"}
 #: (kind, namespace, name); namespace is "" for cluster-scoped objects.
 ObjectKey = tuple[str, str, str]
 
+_T = TypeVar("_T")
+
 _OPTIONS = orjson.OPT_NON_STR_KEYS | orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC
 
 
-def copy_object(raw: Any) -> Any:
+def copy_object(raw: _T) -> _T:
     """A deep copy as plain JSON data. Also normalises what PyYAML produces beyond JSON:
     unquoted timestamps (``datetime``) become RFC 3339 text as the apiserver writes it."""
     try:
-        return orjson.loads(orjson.dumps(raw, option=_OPTIONS))
+        return cast(_T, orjson.loads(orjson.dumps(raw, option=_OPTIONS)))
     except TypeError as exc:  # orjson.JSONEncodeError is a TypeError
         raise InvalidObject(f"not representable as JSON: {exc}", obj=describe(raw)) from exc
 
@@ -64,7 +66,9 @@ def describe(raw: Any) -> str:
     if not isinstance(raw, dict):
         return "object"
     kind = raw.get("kind") if isinstance(raw.get("kind"), str) and raw.get("kind") else "object"
-    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else {}
+    meta = raw.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         return str(kind)

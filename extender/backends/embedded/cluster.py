@@ -1,0 +1,413 @@
+"""The embedded backend: an in-memory cluster loaded from manifests, written like the API server.
+
+``EmbeddedBackend`` is the source of truth for ``serve --cluster``: it holds every object as a raw
+dict (JSON data only) under its ``(kind, namespace, name)``, gives each write a new
+``metadata.resourceVersion`` from one global counter (as etcd does), fills ``uid`` and
+``creationTimestamp`` on creation, and feeds every change to ``self.store`` synchronously, so the
+store is up to date when a write returns.
+
+Writes are strict on purpose (where unsure, fail the way the API server fails): stale or missing
+resourceVersion → ``WriteConflict`` / ``InvalidObject``, immutable fields and the ResourceClaim
+status rules of ``validation.py`` → ``InvalidObject``, absent objects → ``ObjectNotFound``.
+Objects with finalizers are only marked deleted (``deletionTimestamp``) and vanish when their last
+finalizer is removed. The backend also plays the resourceclaim controller (``claims.py``) for
+every pod it loads or observes. ``faults`` injects failures and delays into reads and writes.
+
+Kinds the store does not keep (Namespace, ...) are held too, but only listed, never decoded.
+"""
+
+from __future__ import annotations
+
+import random
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from extender.core.errors import InvalidObject, ObjectNotFound, WriteConflict
+from extender.manifests import load_manifests
+from extender.state.store import KINDS, ObjectStore
+
+from .claims import claim_from_template, find_pod_claim, generate_name, pending_template_claims, random_suffix
+from .faults import FaultInjector
+from .objects import ObjectKey, copy_object, describe, key_of, now_timestamp
+from .validation import check_metadata, check_no_new_finalizers, check_spec_unchanged, check_status_update
+
+__all__ = ["EmbeddedBackend", "Listener"]
+
+#: Called after every change with ("ADDED" | "MODIFIED" | "DELETED", a copy of the object).
+Listener = Callable[[str, dict[str, Any]], None]
+
+_CLAIMS = "resourceclaims.resource.k8s.io"
+#: The metadata a PUT replaces; everything else in metadata is kept from the stored object.
+_USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
+
+
+class EmbeddedBackend:
+    """An in-memory cluster implementing the ``Backend`` protocol; see the module docstring."""
+
+    def __init__(
+        self,
+        objects: Iterable[dict[str, Any]] = (),
+        *,
+        store: ObjectStore | None = None,
+        rng: random.Random | None = None,
+        clock: Callable[[], str] = now_timestamp,
+    ) -> None:
+        self.store = store if store is not None else ObjectStore()
+        self.faults = FaultInjector()
+        #: Template claims the controller could not create, as "ns/pod: reason" (newest last).
+        self.controller_errors: list[str] = []
+        self._objects: dict[ObjectKey, dict[str, Any]] = {}
+        #: The same objects by kind, so per-kind scans (a namespace's claims) skip the slices.
+        self._by_kind: dict[str, dict[ObjectKey, dict[str, Any]]] = {}
+        self._resource_version = 0
+        self._rng = rng if rng is not None else random.Random()
+        self._clock = clock
+        self._listeners: list[Listener] = []
+        self._synced = False
+        self._load(objects)
+        self._synced = True
+
+    @classmethod
+    def from_paths(cls, *paths: Path | str, **options: Any) -> EmbeddedBackend:
+        """Load YAML/JSON manifests (files or directories; multi-document and ``List`` accepted)."""
+        return cls(load_manifests(*paths), **options)
+
+    # --- Backend protocol: lifecycle ------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    async def start(self) -> None:
+        """Nothing to start: everything was loaded in the constructor."""
+
+    async def stop(self) -> None:
+        """Nothing to stop."""
+
+    # --- Backend protocol: reads ----------------------------------------------------------------
+
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        await self.faults.check("get_claim")
+        claim = self._objects.get(("ResourceClaim", namespace or "default", name))
+        if claim is None:
+            raise ObjectNotFound(f'{_CLAIMS} "{name}" not found', claim=f"{namespace}/{name}")
+        return copy_object(claim)
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        await self.faults.check("get_pod")
+        pod = self._objects.get(("Pod", namespace or "default", name))
+        return None if pod is None else copy_object(pod)
+
+    # --- Backend protocol: writes ---------------------------------------------------------------
+
+    async def update_claim(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """PUT the claim: labels, annotations, finalizers and ownerReferences are taken from
+        ``raw``; its spec must equal the stored one; its status is ignored."""
+        await self.faults.check("update_claim")
+        old = self._claim_for_write(raw)
+        obj = describe(old)
+        meta_in = raw.get("metadata") or {}
+        check_metadata(meta_in, obj)
+        check_spec_unchanged(old, raw.get("spec"), obj)
+        check_no_new_finalizers(old["metadata"], list(meta_in.get("finalizers") or ()), obj)
+        new = copy_object(old)
+        for field in _USER_METADATA:
+            if meta_in.get(field):
+                new["metadata"][field] = copy_object(meta_in[field])
+            else:
+                new["metadata"].pop(field, None)
+        if new == old:  # a no-op update keeps the resourceVersion, as the API server does
+            return copy_object(old)
+        if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            return copy_object(self._remove(key_of(new), new))
+        return copy_object(self._commit(new, "MODIFIED"))
+
+    async def update_claim_status(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """PUT the claim's status subresource: only ``raw["status"]`` is taken."""
+        await self.faults.check("update_claim_status")
+        old = self._claim_for_write(raw)
+        status = raw.get("status")
+        status = {} if status is None else status
+        check_status_update(old, status, describe(old))
+        new = copy_object(old)
+        new["status"] = copy_object(status)
+        if new == old or (not status and not old.get("status")):
+            return copy_object(old)
+        return copy_object(self._commit(new, "MODIFIED"))
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pod's binding: set ``spec.nodeName`` and the PodScheduled condition."""
+        await self.faults.check("bind_pod")
+        if not node:
+            raise InvalidObject("Required value", path="target.name", obj=f"Binding {namespace}/{name}")
+        pod = self._objects.get(("Pod", namespace or "default", name))
+        if pod is None:
+            raise ObjectNotFound(f'pods "{name}" not found', node=node)
+        meta = pod["metadata"]
+        cannot = f'Operation cannot be fulfilled on pods/binding "{name}"'
+        if uid and meta.get("uid") != uid:
+            raise WriteConflict(
+                f"{cannot}: Precondition failed: UID in precondition: {uid}, UID in object meta: {meta.get('uid')}",
+                node=node,
+            )
+        if meta.get("deletionTimestamp"):
+            raise WriteConflict(f"{cannot}: pod {name} is being deleted, cannot be assigned to a host", node=node)
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if bound:
+            raise WriteConflict(f'{cannot}: pod {name} is already assigned to node "{bound}"', node=node)
+        new = copy_object(pod)
+        new.setdefault("spec", {})["nodeName"] = node
+        conditions = [
+            c for c in new.setdefault("status", {}).get("conditions") or () if c.get("type") != "PodScheduled"
+        ]
+        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": self._clock()})
+        new["status"]["conditions"] = conditions
+        self._commit(new, "MODIFIED")
+
+    def observe_pod(self, raw_pod: dict[str, Any]) -> None:
+        """Remember a pod from a scheduler request and create its template claims.
+
+        A pod we already hold (same namespace, name and UID) is kept as stored: it may carry a
+        status written here. A pod with the same name but another UID was re-created and replaces
+        the stored one.
+        """
+        if not isinstance(raw_pod, dict):
+            raise InvalidObject("must be an object", obj="Pod")
+        key = key_of({**raw_pod, "kind": "Pod"})
+        stored = self._objects.get(key)
+        uid = (raw_pod.get("metadata") or {}).get("uid")
+        if stored is None or (uid and stored["metadata"].get("uid") != uid):
+            # Copied only when new: this runs on every filter and prioritize request.
+            pod = copy_object(raw_pod)
+            pod.setdefault("apiVersion", "v1")
+            pod["kind"] = "Pod"
+            self._create(pod)
+        self._sync_pod_claims(key)
+
+    # --- more writes, for tests and tools -------------------------------------------------------
+
+    def apply(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace an object whole (status included), like a restore from etcd. A given
+        resourceVersion or uid must match the stored object. Pods get their template claims."""
+        obj = copy_object(raw)
+        if not isinstance(obj, dict):
+            raise InvalidObject("must be an object")
+        key = key_of(obj)
+        old = self._objects.get(key)
+        if old is None:
+            stored = self._create(obj)
+        else:
+            meta, old_meta = obj["metadata"], old["metadata"]
+            if meta.get("resourceVersion") and meta["resourceVersion"] != old_meta["resourceVersion"]:
+                raise WriteConflict(_modified(key), claim=_claim_label(key))
+            if meta.get("uid") and meta["uid"] != old_meta.get("uid"):
+                raise WriteConflict(
+                    f"Precondition failed: UID in precondition: {meta['uid']}, "
+                    f"UID in object meta: {old_meta.get('uid')}"
+                )
+            for field in ("uid", "creationTimestamp"):
+                if old_meta.get(field):
+                    meta[field] = old_meta[field]
+            self._set_namespace(key, obj)
+            stored = self._commit(obj, "MODIFIED")
+        if key[0] == "Pod":
+            self._sync_pod_claims(key)
+            stored = self._objects[key]
+        return copy_object(stored)
+
+    def delete(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """Delete an object: one with finalizers only gets a ``deletionTimestamp`` (returned as
+        stored); one without is removed (None). ObjectNotFound if absent."""
+        key = key_of({"kind": kind, "metadata": {"name": name, "namespace": namespace or ""}})
+        obj = self._objects.get(key)
+        if obj is None:
+            raise ObjectNotFound(f'{kind} "{name}" not found')
+        if not obj["metadata"].get("finalizers"):
+            self._remove(key, copy_object(obj))
+            return None
+        if obj["metadata"].get("deletionTimestamp"):
+            return copy_object(obj)
+        new = copy_object(obj)
+        new["metadata"]["deletionTimestamp"] = self._clock()
+        new["metadata"]["deletionGracePeriodSeconds"] = 0
+        return copy_object(self._commit(new, "MODIFIED"))
+
+    def delete_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.delete("Pod", namespace, name)
+
+    def delete_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.delete("ResourceClaim", namespace, name)
+
+    # --- synchronous reads for tests and tools --------------------------------------------------
+
+    @property
+    def resource_version(self) -> int:
+        """The global counter: the resourceVersion of the latest write."""
+        return self._resource_version
+
+    def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """A copy of one object as stored, or None."""
+        key = key_of({"kind": kind, "metadata": {"name": name, "namespace": namespace or ""}})
+        obj = self._objects.get(key)
+        return None if obj is None else copy_object(obj)
+
+    def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Copies of every object of a kind (optionally in one namespace), in creation order."""
+        return [
+            copy_object(obj)
+            for (_, ns, _), obj in self._by_kind.get(kind, {}).items()
+            if namespace is None or ns == namespace
+        ]
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(event, object)`` after every change (a watch for tests and tools)."""
+        self._listeners.append(listener)
+
+    # --- internals ------------------------------------------------------------------------------
+
+    def _load(self, objects: Iterable[dict[str, Any]]) -> None:
+        pods: list[ObjectKey] = []
+        for raw in objects:
+            obj = copy_object(raw)
+            if not isinstance(obj, dict):
+                raise InvalidObject(f"must be an object, not {type(raw).__name__}")
+            key = key_of(obj)
+            if key in self._objects:
+                raise InvalidObject("defined more than once", obj=describe(obj))
+            self._create(obj)
+            if key[0] == "Pod":
+                pods.append(key)
+        for key in pods:
+            self._sync_pod_claims(key)
+
+    def _create(self, obj: dict[str, Any]) -> dict[str, Any]:
+        """Store a new object, filling the fields the API server sets on creation."""
+        key = key_of(obj)
+        meta = obj["metadata"]
+        self._set_namespace(key, obj)
+        if not meta.get("uid"):
+            meta["uid"] = str(uuid.uuid4())
+        if not meta.get("creationTimestamp"):
+            meta["creationTimestamp"] = self._clock()
+        return self._commit(obj, "ADDED")
+
+    @staticmethod
+    def _set_namespace(key: ObjectKey, obj: dict[str, Any]) -> None:
+        if key[1]:
+            obj["metadata"]["namespace"] = key[1]
+        else:
+            obj["metadata"].pop("namespace", None)
+
+    def _commit(self, obj: dict[str, Any], event: str) -> dict[str, Any]:
+        """Give ``obj`` the next resourceVersion, feed the store, then keep it. The store decodes
+        first, so an object it rejects (InvalidObject) changes nothing."""
+        key = key_of(obj)
+        version = self._resource_version + 1
+        obj["metadata"]["resourceVersion"] = str(version)
+        if key[0] in KINDS:
+            self.store.upsert(copy_object(obj))
+        self._resource_version = version
+        self._objects[key] = obj
+        self._by_kind.setdefault(key[0], {})[key] = obj
+        self._notify(event, obj)
+        return obj
+
+    def _remove(self, key: ObjectKey, final: dict[str, Any]) -> dict[str, Any]:
+        self._resource_version += 1
+        final["metadata"]["resourceVersion"] = str(self._resource_version)
+        del self._objects[key]
+        del self._by_kind[key[0]][key]
+        if key[0] in KINDS:
+            self.store.delete(key[0], key[1] or None, key[2])
+        self._notify("DELETED", final)
+        return final
+
+    def _notify(self, event: str, obj: dict[str, Any]) -> None:
+        for listener in self._listeners:
+            listener(event, copy_object(obj))
+
+    def _claim_for_write(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """The stored claim an update names, after the API server's preconditions."""
+        if not isinstance(raw, dict):
+            raise InvalidObject("must be an object", obj="ResourceClaim")
+        if raw.get("kind") not in (None, "ResourceClaim"):
+            raise InvalidObject(f"expected kind ResourceClaim, got {raw.get('kind')!r}", obj=describe(raw))
+        key = key_of({**raw, "kind": "ResourceClaim"})
+        old = self._objects.get(key)
+        if old is None:
+            raise ObjectNotFound(f'{_CLAIMS} "{key[2]}" not found', claim=_claim_label(key))
+        if raw.get("apiVersion") and raw["apiVersion"] != old.get("apiVersion"):
+            # The API server would convert; the embedded cluster keeps one version per object.
+            raise InvalidObject(
+                f"apiVersion {raw['apiVersion']} differs from the stored {old.get('apiVersion')} "
+                "(the embedded cluster does not convert between versions)",
+                obj=describe(old),
+            )
+        meta = raw["metadata"]
+        version = meta.get("resourceVersion")
+        if not version:
+            raise InvalidObject(
+                "Invalid value: 0x0: must be specified for an update",
+                path="metadata.resourceVersion",
+                obj=describe(old),
+            )
+        if version != old["metadata"]["resourceVersion"]:
+            raise WriteConflict(_modified(key), claim=_claim_label(key))
+        uid = meta.get("uid")
+        if uid and uid != old["metadata"].get("uid"):
+            raise WriteConflict(
+                f'Operation cannot be fulfilled on {_CLAIMS} "{key[2]}": Precondition failed: '
+                f"UID in precondition: {uid}, UID in object meta: {old['metadata'].get('uid')}",
+                claim=_claim_label(key),
+            )
+        return old
+
+    def _sync_pod_claims(self, key: ObjectKey) -> None:
+        """The resourceclaim controller for one pod: create missing template claims, then record
+        every claim found or created in ``status.resourceClaimStatuses``."""
+        pod = self._objects[key]
+        pending = pending_template_claims(pod)
+        if not pending:
+            return
+        namespace, uid = key[1], pod["metadata"].get("uid") or ""
+        recorded: list[dict[str, str]] = []
+        for pod_claim_name, template_name in pending:
+            claims = (obj for (_, ns, _), obj in self._by_kind.get("ResourceClaim", {}).items() if ns == namespace)
+            claim = find_pod_claim(claims, uid, pod_claim_name)
+            if claim is None:
+                template = self._objects.get(("ResourceClaimTemplate", namespace, template_name))
+                if template is None:
+                    continue  # not created yet: the service answers "claim not created yet"
+                name = self._unused_name(namespace, generate_name(key[2], pod_claim_name))
+                try:
+                    claim = self._create(claim_from_template(template, pod, pod_claim_name, name))
+                except InvalidObject as exc:
+                    self.controller_errors.append(f"{namespace}/{key[2]}: {exc.reason}")
+                    continue
+            recorded.append({"name": pod_claim_name, "resourceClaimName": claim["metadata"]["name"]})
+        if not recorded:
+            return
+        new = copy_object(pod)
+        statuses = new.setdefault("status", {}).setdefault("resourceClaimStatuses", [])
+        statuses.extend(recorded)
+        self._commit(new, "MODIFIED")
+
+    def _unused_name(self, namespace: str, base: str) -> str:
+        while True:
+            name = base + random_suffix(self._rng)
+            if ("ResourceClaim", namespace, name) not in self._objects:
+                return name
+
+
+def _modified(key: ObjectKey) -> str:
+    resource = _CLAIMS if key[0] == "ResourceClaim" else f"{key[0].lower()}s"
+    return (
+        f'Operation cannot be fulfilled on {resource} "{key[2]}": the object has been modified; '
+        "please apply your changes to the latest version and try again"
+    )
+
+
+def _claim_label(key: ObjectKey) -> str | None:
+    return f"{key[1]}/{key[2]}" if key[0] == "ResourceClaim" else None

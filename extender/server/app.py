@@ -1,0 +1,83 @@
+"""The aiohttp application: ``create_app`` wires routes, middlewares and the backend's lifecycle.
+
+Nothing happens at import time. Routes (under ``settings.path_prefix``, default ``/``):
+
+- ``POST filter``, ``POST prioritize``, ``POST bind``: the kube-scheduler extender verbs;
+- ``POST debug/explain``; ``GET debug/resourceclaims/{namespace}/{name}``,
+  ``GET debug/pods/{namespace}/{name}``, ``GET debug/nodes/{node}``;
+- ``GET healthz``, ``GET readyz`` (503 until the backend synced), ``GET metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import structlog
+from aiohttp import web
+
+from extender.server import debug, handlers
+from extender.server.keys import METRICS, SERVICE, SETTINGS
+from extender.server.metrics import Metrics
+from extender.server.middleware import error_middleware, log_context_middleware
+from extender.server.settings import ServerSettings, normalize_prefix, ssl_context
+from extender.state.service import SchedulingService
+
+__all__ = ["backend_lifecycle", "create_app", "run"]
+
+log = structlog.get_logger()
+
+
+def create_app(service: SchedulingService, settings: ServerSettings | None = None) -> web.Application:
+    settings = settings if settings is not None else ServerSettings()
+    app = web.Application(
+        middlewares=[log_context_middleware, error_middleware],
+        client_max_size=settings.max_body_bytes,
+    )
+    app[SERVICE] = service
+    app[SETTINGS] = settings
+    app[METRICS] = Metrics(service)
+    prefix = normalize_prefix(settings.path_prefix)
+    router = app.router
+    router.add_post(f"{prefix}filter", handlers.filter_nodes, name="filter")
+    router.add_post(f"{prefix}prioritize", handlers.prioritize, name="prioritize")
+    router.add_post(f"{prefix}bind", handlers.bind, name="bind")
+    router.add_post(f"{prefix}debug/explain", debug.explain, name="explain")
+    router.add_get(f"{prefix}debug/resourceclaims/{{namespace}}/{{name}}", debug.debug_claim, name="debug_claim")
+    router.add_get(f"{prefix}debug/pods/{{namespace}}/{{name}}", debug.debug_pod, name="debug_pod")
+    router.add_get(f"{prefix}debug/nodes/{{node}}", debug.debug_node, name="debug_node")
+    router.add_get(f"{prefix}healthz", handlers.healthz, name="healthz")
+    router.add_get(f"{prefix}readyz", handlers.readyz, name="readyz")
+    router.add_get(f"{prefix}metrics", handlers.metrics, name="metrics")
+    app.cleanup_ctx.append(backend_lifecycle)
+    return app
+
+
+async def backend_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    """Start the backend (its watches) with the app and stop it on shutdown. The stop half runs
+    only if start succeeded (aiohttp's cleanup-context promise)."""
+    backend = app[SERVICE].backend
+    await backend.start()
+    log.info("backend.started", backend=type(backend).__name__)
+    try:
+        yield
+    finally:
+        await backend.stop()
+        log.info("backend.stopped", backend=type(backend).__name__)
+
+
+def run(app: web.Application) -> None:
+    """Serve until SIGINT/SIGTERM on the app's configured address, with TLS if configured."""
+    settings = app[SETTINGS]
+    context = ssl_context(settings)
+    scheme = "https" if context else "http"
+    prefix = normalize_prefix(settings.path_prefix)
+
+    def started(_text: str) -> None:
+        log.info(
+            "server.listening",
+            url=f"{scheme}://{settings.host}:{settings.port}{prefix}",
+            mtls=bool(settings.tls_client_ca_file),
+            max_body_bytes=settings.max_body_bytes,
+        )
+
+    web.run_app(app, host=settings.host, port=settings.port, ssl_context=context, access_log=None, print=started)

@@ -1,0 +1,63 @@
+"""Debug endpoints: ``POST debug/explain`` and the read-only views of claims, pods and nodes.
+
+They answer from the backend's cache, as JSON. Unknown claims and pods are 404 ``{"error": ...}``;
+a node with no devices is an empty device list (the node may simply have none).
+"""
+
+from __future__ import annotations
+
+import time
+
+import structlog
+from aiohttp import web
+from structlog.contextvars import bound_contextvars
+
+from extender.core.errors import ExtenderError
+from extender.server.handlers import read_json, sync_request_nodes
+from extender.server.keys import SERVICE
+from extender.server.middleware import json_error, json_response
+from extender.server.wire import parse_extender_args
+
+__all__ = ["debug_claim", "debug_node", "debug_pod", "explain"]
+
+log = structlog.get_logger()
+
+
+async def explain(request: web.Request) -> web.Response:
+    """ExtenderArgs in; per node, per claim, per request: fits or not and why."""
+    service = request.app[SERVICE]
+    args = parse_extender_args(await read_json(request))
+    start = time.perf_counter()
+    with bound_contextvars(pod=args.pod_key):
+        sync_request_nodes(service, args)
+        try:
+            answer = service.explain(args.pod, args.node_names)
+        except ExtenderError as exc:
+            answer = {"pod": args.pod_key, "error": exc.reason, "nodes": []}
+        log.info(
+            "explain.answered",
+            pod=args.pod_key,
+            nodes=len(args.node_names),
+            duration_ms=round((time.perf_counter() - start) * 1000, 3),
+        )
+    return json_response(answer)
+
+
+async def debug_claim(request: web.Request) -> web.Response:
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    claim = request.app[SERVICE].debug_claim(namespace, name)
+    if claim is None:
+        return json_error(404, f"resourceclaim {namespace}/{name} not found")
+    return json_response(claim)
+
+
+async def debug_pod(request: web.Request) -> web.Response:
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    pod = request.app[SERVICE].debug_pod(namespace, name)
+    if pod is None:
+        return json_error(404, f"pod {namespace}/{name} not found")
+    return json_response(pod)
+
+
+async def debug_node(request: web.Request) -> web.Response:
+    return json_response(request.app[SERVICE].debug_node(request.match_info["node"]))

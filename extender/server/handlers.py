@@ -1,0 +1,196 @@
+"""Handlers of the extender verbs and the health, readiness and metrics endpoints.
+
+Each verb handler is thin: body -> typed request (``wire``) -> service -> answer (``wire``) ->
+``orjson``. A well-formed verb request is always answered with HTTP 200: the service's transient
+and fatal problems, and any unexpected exception (logged with its traceback), go in ``Error``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import structlog
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from structlog.contextvars import bound_contextvars
+
+from extender.core.errors import ExtenderError, InvalidObject
+from extender.server.keys import METRICS, SERVICE
+from extender.server.middleware import json_response
+from extender.server.wire import (
+    BadRequest,
+    ExtenderArgs,
+    WireField,
+    binding_result,
+    error_filter_result,
+    error_text,
+    filter_result,
+    parse_binding_args,
+    parse_extender_args,
+    priority_list,
+    wire_field,
+)
+from extender.state.service import SchedulingService
+
+__all__ = [
+    "bind",
+    "filter_nodes",
+    "healthz",
+    "metrics",
+    "prioritize",
+    "read_json",
+    "readyz",
+    "sync_request_nodes",
+]
+
+log = structlog.get_logger()
+
+
+async def read_json(request: web.Request) -> Any:
+    """The parsed body; BadRequest if empty or not JSON (413 is raised by ``read`` itself)."""
+    body = await request.read()
+    if not body.strip():
+        raise BadRequest("request body is empty; expected a JSON object")
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest(f"request body is not valid JSON: {exc}") from exc
+
+
+def sync_request_nodes(service: SchedulingService, args: ExtenderArgs) -> None:
+    """Make the labels of the Node objects a non-nodeCacheCapable request carries visible to node
+    selectors: upsert each node whose labels differ from the stored ones (NodeInfo keeps only
+    labels, so that is the whole check; unchanged nodes cost one dict comparison)."""
+    store = service.store
+    for raw in args.nodes:
+        meta = raw["metadata"]
+        labels = meta.get("labels") or {}
+        stored = store.nodes.get(meta["name"])
+        if stored is not None and stored.labels == labels:
+            continue
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": meta["name"], "labels": labels}}
+        try:
+            store.upsert(node)
+        except InvalidObject as exc:  # labels were type-checked; anything else stays as it was
+            log.warning("node.not_stored", node=meta["name"], reason=exc.reason)
+
+
+def _duration_ms(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000, 3)
+
+
+async def filter_nodes(request: web.Request) -> web.Response:
+    service, metrics = request.app[SERVICE], request.app[METRICS]
+    args = parse_extender_args(await read_json(request))
+    start = time.perf_counter()
+    with bound_contextvars(pod=args.pod_key):
+        try:
+            sync_request_nodes(service, args)
+            outcome = service.filter(args.pod, args.node_names)
+        except Exception as exc:
+            metrics.errors.labels("filter", type(exc).__name__).inc()
+            answer = _filter_answer_for(args, exc)
+            log.info("filter.decided", pod=args.pod_key, error=answer["Error"], duration_ms=_duration_ms(start))
+            return json_response(answer)
+        answer = filter_result(
+            args, outcome.node_names, failed=outcome.failed, unresolvable=outcome.unresolvable, error=outcome.error
+        )
+        if outcome.error:
+            metrics.errors.labels("filter", "Error").inc()
+        metrics.observe_filter(
+            passed=len(outcome.node_names), failed=len(outcome.failed), unresolvable=len(outcome.unresolvable)
+        )
+        log.info(
+            "filter.decided",
+            pod=args.pod_key,
+            nodes=len(args.node_names),
+            passed=len(outcome.node_names),
+            failed=len(outcome.failed),
+            unresolvable=len(outcome.unresolvable),
+            error=outcome.error,
+            duration_ms=_duration_ms(start),
+        )
+    return json_response(answer)
+
+
+def _filter_answer_for(args: ExtenderArgs, exc: Exception) -> dict[str, Any]:
+    """The service promises not to raise; if it does anyway, answer by the error's wire field.
+    A per-node error can only be placed when it names the one node asked about."""
+    field = wire_field(exc)
+    node = exc.node if isinstance(exc, ExtenderError) else None
+    if field is WireField.ERROR or node is None or args.node_names != [node]:
+        if not isinstance(exc, ExtenderError):
+            log.exception("filter.crashed", pod=args.pod_key)
+        return error_filter_result(args, error_text(exc))
+    reasons = {node: error_text(exc)}
+    if field is WireField.FAILED_AND_UNRESOLVABLE_NODES:
+        return filter_result(args, [], failed={}, unresolvable=reasons)
+    return filter_result(args, [], failed=reasons, unresolvable={})
+
+
+async def prioritize(request: web.Request) -> web.Response:
+    """HostPriorityList. It has no Error field and the scheduler ignores prioritize failures, so a
+    failure answers ``[]``: no extender score for any node, the same as a neutral opinion."""
+    service, metrics = request.app[SERVICE], request.app[METRICS]
+    args = parse_extender_args(await read_json(request))
+    start = time.perf_counter()
+    with bound_contextvars(pod=args.pod_key):
+        try:
+            sync_request_nodes(service, args)
+            scores = service.prioritize(args.pod, args.node_names)
+        except Exception as exc:
+            metrics.errors.labels("prioritize", type(exc).__name__).inc()
+            if isinstance(exc, ExtenderError):
+                log.info("prioritize.scored", pod=args.pod_key, error=exc.reason, duration_ms=_duration_ms(start))
+            else:
+                log.exception("prioritize.crashed", pod=args.pod_key)
+            return json_response([])
+        answer = priority_list(scores)
+        best = max(answer, key=lambda entry: entry["Score"], default=None)
+        log.info(
+            "prioritize.scored",
+            pod=args.pod_key,
+            nodes=len(answer),
+            best=best["Host"] if best else None,
+            score=best["Score"] if best else None,
+            duration_ms=_duration_ms(start),
+        )
+    return json_response(answer)
+
+
+async def bind(request: web.Request) -> web.Response:
+    """ExtenderBindingResult. The service logs ``bind.finished`` for its own outcomes."""
+    service, metrics = request.app[SERVICE], request.app[METRICS]
+    args = parse_binding_args(await read_json(request))
+    with bound_contextvars(pod=args.pod_key, node=args.node):
+        try:
+            await service.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
+        except ExtenderError as exc:
+            metrics.binds.labels("error", type(exc).__name__).inc()
+            return json_response(binding_result(exc.reason))
+        except Exception as exc:
+            metrics.binds.labels("error", type(exc).__name__).inc()
+            log.exception("bind.crashed", pod=args.pod_key, node=args.node)
+            return json_response(binding_result(error_text(exc)))
+    metrics.binds.labels("bound", "").inc()
+    return json_response(binding_result())
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """Liveness: the process answers HTTP."""
+    return json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Readiness: 503 until the backend's caches have synced (every watch listed)."""
+    if request.app[SERVICE].backend.synced:
+        return json_response({"status": "ready"})
+    return json_response({"status": "not ready", "reason": "cache not synced yet"}, status=503)
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text format of this app's registry."""
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -1,0 +1,115 @@
+"""A programmable stand-in for ``SchedulingService`` (and its backend), for server tests that need
+exact control of what the service answers or raises. Integration tests use the real service."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from extender.state.ledger import InFlightLedger
+from extender.state.service import FilterOutcome, SchedulingService, ServiceStats
+from extender.state.store import ObjectStore
+
+
+class FakeBackend:
+    def __init__(self, *, synced: bool = True) -> None:
+        self.store = ObjectStore()
+        self._synced = synced
+        self.started = 0
+        self.stopped = 0
+
+    @property
+    def synced(self) -> bool:
+        return self._synced
+
+    def set_synced(self, value: bool) -> None:
+        self._synced = value
+
+    async def start(self) -> None:
+        self.started += 1
+
+    async def stop(self) -> None:
+        self.stopped += 1
+
+
+@dataclass
+class FakeService:
+    """Answers from its attributes; ``raise_on[verb]`` makes that verb raise instead."""
+
+    backend: FakeBackend = field(default_factory=FakeBackend)
+    outcome: FilterOutcome | None = None  # None: every node passes
+    scores: dict[str, int] = field(default_factory=dict)
+    raise_on: dict[str, BaseException] = field(default_factory=dict)
+    claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+    ledger: InFlightLedger = field(default_factory=InFlightLedger)
+    stats: ServiceStats = field(default_factory=ServiceStats)
+
+    @property
+    def store(self) -> ObjectStore:
+        return self.backend.store
+
+    def _maybe_raise(self, verb: str) -> None:
+        if verb in self.raise_on:
+            raise self.raise_on[verb]
+
+    def filter(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
+        self.calls.append(("filter", pod["metadata"]["name"], list(node_names)))
+        self._maybe_raise("filter")
+        if self.outcome is None:
+            return FilterOutcome(list(node_names))
+        return self.outcome
+
+    def prioritize(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
+        self.calls.append(("prioritize", pod["metadata"]["name"], list(node_names)))
+        self._maybe_raise("prioritize")
+        return [(name, self.scores.get(name, 0)) for name in node_names]
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.calls.append(("bind", namespace, name, uid, node))
+        self._maybe_raise("bind")
+
+    def explain(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:
+        self.calls.append(("explain", pod["metadata"]["name"], list(node_names)))
+        self._maybe_raise("explain")
+        return {"pod": "default/" + pod["metadata"]["name"], "error": "", "nodes": [{"node": n} for n in node_names]}
+
+    def debug_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.claims.get(f"{namespace}/{name}")
+
+    def debug_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pods.get(f"{namespace}/{name}")
+
+    def debug_node(self, node: str) -> dict[str, Any]:
+        return {"node": node, "labels": {}, "pools": [], "devices": []}
+
+    def as_service(self) -> SchedulingService:
+        return cast(SchedulingService, self)
+
+
+def pod(name: str = "pod-a", namespace: str = "default", uid: str = "uid-a", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}], **spec},
+    }
+
+
+def node(name: str, **labels: str) -> dict[str, Any]:
+    """A Node as the scheduler sends it in a NodeList (no kind: Go omits empty TypeMeta)."""
+    return {
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **labels}, "resourceVersion": "7"},
+        "status": {"capacity": {"cpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def node_list(*names: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "NodeList",
+        "metadata": {"resourceVersion": "99"},
+        "items": [node(n) for n in names],
+    }

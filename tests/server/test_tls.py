@@ -1,0 +1,107 @@
+"""Settings helpers (listen address, path prefix, validation) and ``ssl_context``: HTTPS with a
+server certificate, and mutual TLS that refuses a client without a certificate from the CA.
+Certificates are made with the ``openssl`` command (tests skip without it)."""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from extender.server import ServerSettings, create_app
+from extender.server.settings import normalize_prefix, parse_listen, ssl_context
+from tests.server.fakes import FakeService
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("127.0.0.1:8888", ("127.0.0.1", 8888)), ("[::1]:9000", ("::1", 9000)), (":80", ("0.0.0.0", 80))],
+)
+def test_parse_listen(text: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(text) == expected
+
+
+@pytest.mark.parametrize("text", ["8888", "host:", "host:http", "host:70000"])
+def test_parse_listen_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match="listen address"):
+        parse_listen(text)
+
+
+@pytest.mark.parametrize(("prefix", "expected"), [("", "/"), ("/", "/"), ("v1", "/v1/"), ("/a/b/", "/a/b/")])
+def test_normalize_prefix(prefix: str, expected: str) -> None:
+    assert normalize_prefix(prefix) == expected
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_body_bytes": 0}, "max body bytes must be positive"),
+        ({"tls_cert_file": "c.pem"}, "both a certificate file and a key file"),
+        ({"tls_client_ca_file": "ca.pem"}, "needs a server certificate"),
+    ],
+)
+def test_settings_validation(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ServerSettings(**kwargs)
+
+
+def test_plain_http_has_no_context() -> None:
+    assert ssl_context(ServerSettings()) is None
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl command not available")
+    d = tmp_path_factory.mktemp("pki")
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
+             "-keyout", "ca.key", "-out", "ca.pem", cwd=d)  # fmt: skip
+    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    for name in ("server", "client"):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+                 "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)  # fmt: skip
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "2", "-extfile", "san.ext", "-out", f"{name}.pem", cwd=d)  # fmt: skip
+    return d
+
+
+def _client_context(pki: Path, *, with_cert: bool) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    if with_cert:
+        context.load_cert_chain(str(pki / "client.pem"), str(pki / "client.key"))
+    return context
+
+
+async def test_https(aiohttp_server: Any, pki: Path) -> None:
+    settings = ServerSettings(tls_cert_file=str(pki / "server.pem"), tls_key_file=str(pki / "server.key"))
+    server = await aiohttp_server(create_app(FakeService().as_service(), settings), ssl=ssl_context(settings))
+    async with aiohttp.ClientSession() as session:
+        url = f"https://127.0.0.1:{server.port}/healthz"
+        async with session.get(url, ssl=_client_context(pki, with_cert=False)) as response:
+            assert response.status == 200
+
+
+async def test_mutual_tls_needs_a_client_certificate(aiohttp_server: Any, pki: Path) -> None:
+    settings = ServerSettings(
+        tls_cert_file=str(pki / "server.pem"),
+        tls_key_file=str(pki / "server.key"),
+        tls_client_ca_file=str(pki / "ca.pem"),
+    )
+    server = await aiohttp_server(create_app(FakeService().as_service(), settings), ssl=ssl_context(settings))
+    url = f"https://127.0.0.1:{server.port}/healthz"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(url, ssl=_client_context(pki, with_cert=True)) as response:
+            assert response.status == 200
+        with pytest.raises(aiohttp.ClientError):
+            async with session.get(url, ssl=_client_context(pki, with_cert=False)) as response:
+                await response.read()

@@ -1,0 +1,195 @@
+"""The extender wire format in ``extender.server.wire``, without HTTP: request parsing (and every
+malformed shape it refuses), answer shapes in both nodeCacheCapable modes, score clamping, and the
+one table mapping error classes to wire fields. HTTP behaviour is in ``test_routes.py``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from extender.core import errors
+from extender.server.wire import (
+    BadRequest,
+    WireField,
+    binding_result,
+    error_filter_result,
+    error_text,
+    filter_result,
+    parse_binding_args,
+    parse_extender_args,
+    priority_list,
+    wire_field,
+)
+from tests.server.fakes import node_list, pod
+
+
+@pytest.mark.parametrize(
+    ("exc", "field"),
+    [
+        (errors.NodeUnresolvable("invalid resource pools were encountered"), WireField.FAILED_AND_UNRESOLVABLE_NODES),
+        (errors.DoesNotFit("cannot allocate all claims"), WireField.FAILED_NODES),
+        (errors.PodUnschedulable("class missing"), WireField.ERROR),
+        (errors.CelError("no such key: model"), WireField.ERROR),
+        (errors.Transient("retry"), WireField.ERROR),
+        (errors.NotSynced("cache not synced yet"), WireField.ERROR),
+        (errors.ClaimNotCreated("not yet"), WireField.ERROR),
+        (errors.WriteConflict("409"), WireField.ERROR),
+        (errors.ApiUnavailable("503"), WireField.ERROR),
+        (errors.ObjectNotFound("gone"), WireField.ERROR),
+        (errors.InvalidObject("bad"), WireField.ERROR),
+        (errors.ExtenderError("base"), WireField.ERROR),
+        (RuntimeError("bug"), WireField.ERROR),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else value.value,
+)
+def test_every_error_class_has_one_wire_field(exc: BaseException, field: WireField) -> None:
+    assert wire_field(exc) is field
+
+
+def test_every_extender_error_class_is_in_the_table() -> None:
+    # a new error class must be placed deliberately: extend the table above when this fails
+    known = {
+        "ExtenderError", "DoesNotFit", "NodeUnresolvable", "PodUnschedulable", "CelError", "Transient",
+        "NotSynced", "ClaimNotCreated", "WriteConflict", "ApiUnavailable", "ObjectNotFound", "InvalidObject",
+    }  # fmt: skip
+    assert set(errors.__all__) == known
+
+
+def test_error_text_hides_internals_of_unexpected_exceptions() -> None:
+    assert error_text(errors.NotSynced("cache not synced yet")) == "cache not synced yet"
+    text = error_text(KeyError("secret/internal"))
+    assert "KeyError" in text
+    assert "secret" not in text
+
+
+def test_node_names_request() -> None:
+    args = parse_extender_args({"Pod": pod(), "Nodes": None, "NodeNames": ["n1", "n2"]})
+    assert args.node_names == ["n1", "n2"]
+    assert args.node_list is None
+    assert args.names_given
+    assert args.pod_key == "default/pod-a"
+
+
+def test_nodes_request_takes_names_from_the_items() -> None:
+    args = parse_extender_args({"Pod": pod(), "Nodes": node_list("n1", "n2"), "NodeNames": None})
+    assert args.node_names == ["n1", "n2"]
+    assert not args.names_given
+    assert [n["metadata"]["name"] for n in args.nodes] == ["n1", "n2"]
+
+
+def test_empty_node_list_with_null_items() -> None:
+    args = parse_extender_args({"Pod": pod(), "Nodes": {"items": None}})
+    assert args.node_names == []
+
+
+def test_pod_namespace_defaults_like_the_api_server() -> None:
+    raw = pod()
+    del raw["metadata"]["namespace"]
+    assert parse_extender_args({"Pod": raw, "NodeNames": []}).pod_key == "default/pod-a"
+
+
+def _with(path: list[Any], value: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"Pod": pod(), "NodeNames": ["n1"]}
+    target = body
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return body
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ([], "request body must be a JSON object, not an array"),
+        ("x", "request body must be a JSON object, not a string"),
+        ({"NodeNames": ["n1"]}, "Pod is required"),
+        ({"Pod": None, "NodeNames": ["n1"]}, "Pod is required"),
+        ({"Pod": [], "NodeNames": ["n1"]}, "Pod must be a JSON object"),
+        ({"Pod": {}, "NodeNames": ["n1"]}, "Pod.metadata must be a JSON object, not null"),
+        ({"Pod": {"metadata": {}}, "NodeNames": ["n1"]}, "Pod.metadata.name must be a non-empty string"),
+        (_with(["Pod", "metadata", "namespace"], 3), "Pod.metadata.namespace must be a string"),
+        (_with(["Pod", "spec"], "x"), "Pod.spec must be a JSON object"),
+        (_with(["Pod", "spec", "resourceClaims"], {}), "Pod.spec.resourceClaims must be an array"),
+        (_with(["Pod", "spec", "resourceClaims"], [{"x": 1}]), "Pod.spec.resourceClaims[0].name"),
+        (_with(["Pod", "status"], {"resourceClaimStatuses": "x"}), "Pod.status.resourceClaimStatuses must be"),
+        ({"Pod": pod()}, "one of Nodes or NodeNames is required"),
+        ({"Pod": pod(), "NodeNames": "n1"}, "NodeNames must be an array of non-empty strings"),
+        ({"Pod": pod(), "NodeNames": ["n1", 2]}, "NodeNames must be an array of non-empty strings"),
+        ({"Pod": pod(), "NodeNames": [""]}, "NodeNames must be an array of non-empty strings"),
+        ({"Pod": pod(), "Nodes": ["n1"]}, "Nodes must be a JSON object, not an array"),
+        ({"Pod": pod(), "Nodes": {"items": {}}}, "Nodes.items must be an array"),
+        ({"Pod": pod(), "Nodes": {"items": [1]}}, "Nodes.items[0] must be a JSON object"),
+        ({"Pod": pod(), "Nodes": {"items": [{"metadata": {}}]}}, "Nodes.items[0].metadata.name"),
+        (
+            {"Pod": pod(), "Nodes": {"items": [{"metadata": {"name": "n", "labels": {"a": 1}}}]}},
+            "Nodes.items[0].metadata.labels values must be strings",
+        ),
+    ],
+)
+def test_malformed_extender_args_name_the_problem(body: Any, message: str) -> None:
+    with pytest.raises(BadRequest) as info:
+        parse_extender_args(body)
+    assert message in info.value.message
+
+
+def test_binding_args() -> None:
+    args = parse_binding_args({"PodName": "p", "PodNamespace": "ns", "PodUID": "u", "Node": "n1"})
+    assert (args.pod_name, args.pod_namespace, args.pod_uid, args.node, args.pod_key) == ("p", "ns", "u", "n1", "ns/p")
+
+
+@pytest.mark.parametrize("missing", ["PodName", "PodNamespace", "PodUID", "Node"])
+def test_binding_args_require_every_field(missing: str) -> None:
+    body = {"PodName": "p", "PodNamespace": "ns", "PodUID": "u", "Node": "n1"}
+    del body[missing]
+    with pytest.raises(BadRequest, match=f"{missing} is required"):
+        parse_binding_args(body)
+    body[missing] = 5  # type: ignore[assignment]
+    with pytest.raises(BadRequest, match=f"{missing} must be a non-empty string"):
+        parse_binding_args(body)
+
+
+def test_names_mode_answer_is_always_a_list() -> None:
+    args = parse_extender_args({"Pod": pod(), "NodeNames": ["n1", "n2"]})
+    answer = filter_result(args, [], failed={"n1": "cannot allocate all claims"}, unresolvable={"n2": "x"})
+    assert answer == {
+        "Nodes": None,
+        "NodeNames": [],
+        "FailedNodes": {"n1": "cannot allocate all claims"},
+        "FailedAndUnresolvableNodes": {"n2": "x"},
+        "Error": "",
+    }
+
+
+def test_nodes_mode_answer_echoes_the_full_node_objects_that_passed() -> None:
+    sent = node_list("n1", "n2", "n3")
+    args = parse_extender_args({"Pod": pod(), "Nodes": sent})
+    answer = filter_result(args, ["n1", "n3"], failed={"n2": "cannot allocate all claims"}, unresolvable={})
+    assert answer["NodeNames"] is None
+    assert answer["Nodes"]["kind"] == "NodeList"
+    assert answer["Nodes"]["items"] == [sent["items"][0], sent["items"][2]]  # whole objects, same order
+
+
+def test_a_node_is_never_in_both_failure_maps() -> None:
+    args = parse_extender_args({"Pod": pod(), "NodeNames": ["n1"]})
+    answer = filter_result(args, [], failed={"n1": "a"}, unresolvable={"n1": "b"})
+    assert answer["FailedNodes"] == {}
+    assert answer["FailedAndUnresolvableNodes"] == {"n1": "b"}
+
+
+def test_error_answers() -> None:
+    assert error_filter_result(None, "boom")["NodeNames"] == []
+    args = parse_extender_args({"Pod": pod(), "Nodes": node_list("n1")})
+    answer = error_filter_result(args, "cache not synced yet")
+    assert answer["Error"] == "cache not synced yet"
+    assert answer["Nodes"]["items"] == []
+    assert binding_result() == {"Error": ""}
+    assert binding_result("x") == {"Error": "x"}
+
+
+def test_scores_are_clamped_to_the_extender_range() -> None:
+    assert priority_list([("a", 11), ("b", -1), ("c", 7)]) == [
+        {"Host": "a", "Score": 10},
+        {"Host": "b", "Score": 0},
+        {"Host": "c", "Score": 7},
+    ]

@@ -1,0 +1,249 @@
+"""SchedulingService over the embedded backend: filter / prioritize / bind semantics, without HTTP.
+
+Covers claim resolution answers (Error vs FailedNodes vs FailedAndUnresolvableNodes), template
+claims created by the embedded controller, shared and pre-allocated claims, bind writes and
+idempotency, exact rollback on injected failures, and concurrent binds racing for devices.
+The HTTP mapping of these answers is tested in tests/server/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from extender.backends.embedded import EmbeddedBackend
+from extender.core.errors import ApiUnavailable, DoesNotFit, ExtenderError, WriteConflict
+from extender.state.service import (
+    CANNOT_ALLOCATE,
+    DELETE_PROTECTION_FINALIZER,
+    NO_CLASS_DEVICES,
+    NOT_AVAILABLE,
+    SchedulingService,
+)
+
+V1 = "resource.k8s.io/v1"
+
+
+def gpu_class() -> dict[str, Any]:
+    return {
+        "apiVersion": V1,
+        "kind": "DeviceClass",
+        "metadata": {"name": "gpu"},
+        "spec": {"selectors": [{"cel": {"expression": 'device.driver == "gpu.example.com"'}}]},
+    }
+
+
+def node(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}}}
+
+
+def gpu_slice(node_name: str, count: int) -> dict[str, Any]:
+    return {
+        "apiVersion": V1,
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node_name}-gpus"},
+        "spec": {
+            "driver": "gpu.example.com",
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": f"gpu-{i}"} for i in range(count)],
+        },
+    }
+
+
+def claim(name: str, count: int = 1, cls: str = "gpu") -> dict[str, Any]:
+    return {
+        "apiVersion": V1,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": cls, "count": count}}]}},
+    }
+
+
+def template(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": V1,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu"}}]}}},
+    }
+
+
+def pod(name: str, *claims: str, templates: tuple[str, ...] = (), uid: str | None = None) -> dict[str, Any]:
+    resource_claims = [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)]
+    resource_claims += [{"name": f"t{i}", "resourceClaimTemplateName": t} for i, t in enumerate(templates)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}"},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}], "resourceClaims": resource_claims},
+    }
+
+
+def cluster(*extra: dict[str, Any], nodes: int = 2, gpus: int = 2) -> list[dict[str, Any]]:
+    objects = [gpu_class()]
+    for i in range(1, nodes + 1):
+        objects += [node(f"node-{i}"), gpu_slice(f"node-{i}", gpus)]
+    return objects + list(extra)
+
+
+def service(objects: list[dict[str, Any]]) -> SchedulingService:
+    return SchedulingService(backend=EmbeddedBackend(copy.deepcopy(objects)))
+
+
+NODES = ["node-1", "node-2"]
+
+
+def test_pod_without_claims_passes_every_node() -> None:
+    svc = service(cluster(pod("plain")))
+    outcome = svc.filter(pod("plain"), NODES)
+    assert outcome.node_names == NODES and not outcome.failed and not outcome.error
+
+
+def test_failed_versus_unresolvable() -> None:
+    objects = cluster(claim("big", count=3), claim("wrong-class", cls="gpu"), nodes=2, gpus=2)
+    objects.append(node("node-3"))  # a node without any GPU
+    svc = service(objects)
+    out = svc.filter(pod("p", "big"), [*NODES, "node-3"])
+    assert out.node_names == []
+    assert out.failed == {"node-1": CANNOT_ALLOCATE, "node-2": CANNOT_ALLOCATE}
+    assert out.unresolvable == {"node-3": NO_CLASS_DEVICES}
+
+
+def test_missing_claim_and_template_claims_answer_error() -> None:
+    svc = service(cluster())
+    assert "not found" in svc.filter(pod("p", "nope"), NODES).error
+    # a template that does not exist: the controller cannot create the claim yet
+    assert "ResourceClaim not created yet" in svc.filter(pod("q", templates=("missing",)), NODES).error
+
+
+def test_template_claim_is_created_and_allocated() -> None:
+    svc = service(cluster(template("one-gpu")))
+    p = pod("trainer", templates=("one-gpu",))
+    outcome = svc.filter(p, NODES)
+    assert outcome.node_names == NODES, outcome
+    stored = svc.store.pods["default/trainer"]
+    statuses = stored["status"]["resourceClaimStatuses"]
+    assert statuses[0]["name"] == "t0" and statuses[0]["resourceClaimName"].startswith("trainer-t0-")
+
+
+async def test_bind_writes_claim_then_binds_and_is_idempotent() -> None:
+    svc = service(cluster(claim("c1"), pod("p", "c1")))
+    assert svc.filter(pod("p", "c1"), NODES).node_names == NODES
+    await svc.bind("default", "p", "uid-p", "node-2")
+    raw = svc.debug_claim("default", "c1")
+    assert raw is not None
+    assert DELETE_PROTECTION_FINALIZER in raw["metadata"]["finalizers"]
+    results = raw["status"]["allocation"]["devices"]["results"]
+    assert [(r["pool"], r["device"]) for r in results] == [("node-2", "gpu-0")]
+    assert raw["status"]["allocation"]["allocationTimestamp"]
+    assert raw["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "uid-p"}]
+    assert svc.debug_pod("default", "p")["spec"]["nodeName"] == "node-2"  # type: ignore[index]
+    assert len(svc.ledger) == 0 and svc.stats.allocations == 1
+    rv = raw["metadata"]["resourceVersion"]
+    await svc.bind("default", "p", "uid-p", "node-2")  # a retry after success
+    assert svc.debug_claim("default", "c1")["metadata"]["resourceVersion"] == rv  # type: ignore[index]
+    assert svc.stats.allocations == 1
+
+
+async def test_bind_checks_the_pod_uid() -> None:
+    svc = service(cluster(claim("c1"), pod("p", "c1")))
+    with pytest.raises(WriteConflict, match="re-created"):
+        await svc.bind("default", "p", "some-other-uid", "node-1")
+
+
+async def test_shared_claim_gets_a_second_consumer_without_reallocation() -> None:
+    svc = service(cluster(claim("shared"), pod("a", "shared"), pod("b", "shared")))
+    await svc.bind("default", "a", "uid-a", "node-1")
+    allocation = copy.deepcopy(svc.debug_claim("default", "shared")["status"]["allocation"])  # type: ignore[index]
+    # the allocated claim pins pod b to node-1
+    out = svc.filter(pod("b", "shared"), NODES)
+    assert out.node_names == ["node-1"] and out.unresolvable == {"node-2": NOT_AVAILABLE}
+    await svc.bind("default", "b", "uid-b", "node-1")
+    raw = svc.debug_claim("default", "shared")
+    assert raw["status"]["allocation"] == allocation  # type: ignore[index]
+    assert [r["name"] for r in raw["status"]["reservedFor"]] == ["a", "b"]  # type: ignore[index]
+
+
+async def test_devices_of_bound_claims_are_used() -> None:
+    svc = service(cluster(claim("c1", 2), claim("c2"), pod("a", "c1"), pod("b", "c2"), nodes=1, gpus=2))
+    await svc.bind("default", "a", "uid-a", "node-1")
+    assert svc.filter(pod("b", "c2"), ["node-1"]).failed == {"node-1": CANNOT_ALLOCATE}
+    with pytest.raises(DoesNotFit):
+        await svc.bind("default", "b", "uid-b", "node-1")
+
+
+@pytest.mark.parametrize("operation", ["update_claim", "update_claim_status", "bind_pod"])
+async def test_a_failed_write_is_rolled_back_exactly(operation: str) -> None:
+    svc = service(cluster(claim("c1"), pod("p", "c1")))
+    before = copy.deepcopy(svc.debug_claim("default", "c1"))
+    svc.backend.faults.fail(operation, ApiUnavailable("injected"))  # type: ignore[attr-defined]
+    with pytest.raises(ApiUnavailable):
+        await svc.bind("default", "p", "uid-p", "node-1")
+    after = svc.debug_claim("default", "c1")
+    assert after is not None and before is not None
+    assert after.get("status", {}).get("allocation") is None
+    assert not after.get("status", {}).get("reservedFor")
+    assert DELETE_PROTECTION_FINALIZER not in (after["metadata"].get("finalizers") or [])
+    assert "nodeName" not in (svc.debug_pod("default", "p") or {}).get("spec", {})
+    assert len(svc.ledger) == 0
+    # and the retry succeeds
+    await svc.bind("default", "p", "uid-p", "node-1")
+    assert svc.debug_claim("default", "c1")["status"]["allocation"]  # type: ignore[index]
+
+
+async def test_rollback_of_a_shared_claim_only_removes_our_reservation() -> None:
+    svc = service(cluster(claim("shared"), pod("a", "shared"), pod("b", "shared")))
+    await svc.bind("default", "a", "uid-a", "node-1")
+    svc.backend.faults.fail("bind_pod", ApiUnavailable("injected"))  # type: ignore[attr-defined]
+    with pytest.raises(ApiUnavailable):
+        await svc.bind("default", "b", "uid-b", "node-1")
+    raw = svc.debug_claim("default", "shared")
+    assert raw is not None and raw["status"]["allocation"]
+    assert [r["name"] for r in raw["status"]["reservedFor"]] == ["a"]
+
+
+async def test_concurrent_binds_never_hand_out_a_device_twice() -> None:
+    """200 pods, each with its own one-GPU claim, race for 50 GPUs (5 nodes x 10)."""
+    pods = [pod(f"p{i}", f"c{i}") for i in range(200)]
+    objects = cluster(*(claim(f"c{i}") for i in range(200)), *pods, nodes=5, gpus=10)
+    svc = service(objects)
+    svc.backend.faults.delay("update_claim_status", 0.001)  # type: ignore[attr-defined]
+
+    async def one(i: int) -> bool:
+        try:
+            await svc.bind("default", f"p{i}", f"uid-p{i}", f"node-{i % 5 + 1}")
+        except ExtenderError:
+            return False
+        return True
+
+    outcomes = await asyncio.gather(*(one(i) for i in range(200)))
+    assert sum(outcomes) == 50
+    devices = []
+    for i in range(200):
+        raw = svc.debug_claim("default", f"c{i}")
+        allocation = (raw or {}).get("status", {}).get("allocation")
+        if allocation:
+            devices += [(r["pool"], r["device"]) for r in allocation["devices"]["results"]]
+            assert raw["status"]["reservedFor"][0]["uid"] == f"uid-p{i}"  # type: ignore[index]
+        else:
+            assert not (raw or {}).get("status", {}).get("reservedFor")
+    assert len(devices) == 50 and len(set(devices)) == 50
+    assert len(svc.ledger) == 0
+
+
+def test_prioritize_scores_every_node() -> None:
+    svc = service(cluster(claim("c1"), claim("held", 1), nodes=2, gpus=2))
+    scores = dict(svc.prioritize(pod("p", "c1"), NODES))
+    assert set(scores) == set(NODES) and all(0 <= s <= 10 for s in scores.values())
+
+
+def test_explain_names_the_reason() -> None:
+    svc = service(cluster(claim("big", count=3)))
+    report = svc.explain(pod("p", "big"), ["node-1"])
+    entry = report["nodes"][0]
+    assert entry["outcome"] == "Failed" and entry["reason"] == CANNOT_ALLOCATE
+    assert "needs 3" in str(entry)
