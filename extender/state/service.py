@@ -255,9 +255,9 @@ class SchedulingService:
     # --- bind ------------------------------------------------------------------------------------
 
     async def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
-        if not self.backend.synced:
-            raise NotSynced(NOT_SYNCED)
         try:
+            if not self.backend.synced:
+                raise NotSynced(NOT_SYNCED)
             await self._bind(namespace, name, uid, node_name)
         except ExtenderError as exc:
             kind = type(exc).__name__
