@@ -32,7 +32,7 @@ from aiohttp import web
 from extender.backends.embedded import EmbeddedBackend
 from extender.cli import main
 from extender.server.app import create_app
-from extender.state.service import CANNOT_ALLOCATE, NO_CLASS_DEVICES, SchedulingService
+from extender.state.service import CANNOT_ALLOCATE, NO_CLASS_DEVICES, NOT_AVAILABLE, SchedulingService
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -212,6 +212,21 @@ def _check_metrics(text: str) -> None:
     assert not undocumented, f"metric families missing from docs/configuration.md: {undocumented}"
 
 
+def _check_shared_filter(body: Any) -> None:
+    assert body["NodeNames"] == ["node-3"]  # where inference-a's bind allocated the shared claim
+    assert set(body["FailedAndUnresolvableNodes"].values()) == {NOT_AVAILABLE}
+
+
+def _check_template_filter(body: Any) -> None:
+    assert body["NodeNames"] == ["node-4"]  # the only node with partitions
+
+
+def _check_template_pod(body: Any) -> None:
+    [status] = body["status"]["resourceClaimStatuses"]
+    assert status["name"] == "slice"
+    assert status["resourceClaimName"].startswith("notebook-3-slice-")
+
+
 CHECKS: dict[str, Callable[[Any], None]] = {
     "filter": _check_filter,
     "filter-nodes": _check_filter_nodes,
@@ -224,6 +239,10 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "nodes": _check_nodes,
     "healthz": _check_status("ok"),
     "readyz": _check_status("ready"),
+    "shared-bind": _check_bind,
+    "shared-filter": _check_shared_filter,
+    "template-filter": _check_template_filter,
+    "template-pod": _check_template_pod,
 }
 TEXT_CHECKS: dict[str, Callable[[str], None]] = {"metrics": _check_metrics}
 
