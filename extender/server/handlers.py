@@ -88,7 +88,7 @@ async def filter_nodes(request: web.Request) -> web.Response:
     with bound_contextvars(pod=args.pod_key):
         try:
             sync_request_nodes(service, args)
-            outcome = service.filter(args.pod, args.node_names)
+            outcome = await service.filter_and_recover(args.pod, args.node_names)
         except Exception as exc:
             metrics.errors.labels("filter", type(exc).__name__).inc()
             answer = _filter_answer_for(args, exc)

@@ -177,6 +177,63 @@ class SchedulingService:
                 result.unresolvable[node.name] = outcome.reason
         return result
 
+    async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
+        """``filter``, plus what upstream's PostFilter does when no node fits (spec §13.4, §20):
+        if one of the pod's claims is allocated on other nodes and reserved for nobody else,
+        deallocate it and answer ``Error`` so the scheduler retries soon and allocates it afresh.
+        An extender has no PostFilter; without this such pods would stay stuck."""
+        outcome = self.filter(pod, node_names)
+        if outcome.node_names or outcome.error or not node_names:
+            return outcome
+        stuck = self._stuck_claim(pod, node_names)
+        if stuck is None:
+            return outcome
+        try:
+            await self._deallocate(stuck, pod_identity(pod)[2])
+        except ExtenderError as exc:
+            log.warning("filter.deallocation_failed", claim=stuck.key, reason=exc.reason)
+            return outcome
+        log.info("filter.deallocated", pod=pod_identity(pod)[1], claim=stuck.key)
+        return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck.key} completed")
+
+    def _stuck_claim(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> ResourceClaim | None:
+        try:
+            pod = self._pod_for(pod)
+            claims = resolve_pod_claims(pod, self.store, self.ledger)
+        except ExtenderError:
+            return None
+        if (pod.get("spec") or {}).get("nodeName"):
+            return None
+        uid = claims.pod_uid
+        allocator = self._allocator(claims)
+        nodes = [self.store.node(name) for name in node_names]
+        for claim in claims.allocated:
+            if any(ref.uid != uid for ref in claim.reserved_for):
+                continue  # in use by another consumer: never take it away
+            probe = Allocator(
+                [], classes={}, snapshot=allocator.snapshot, allocated=allocator.allocated, preallocated=[claim]
+            )
+            if any(probe.unavailable_claim(node) is not None for node in nodes):
+                return claim
+        return None
+
+    async def _deallocate(self, claim: ResourceClaim, pod_uid: str) -> None:
+        for _attempt in range(WRITE_ATTEMPTS):
+            raw = await self.backend.get_claim(claim.namespace, claim.name)
+            status = raw.setdefault("status", {})
+            if not status.get("allocation"):
+                return
+            if any(ref.get("uid") != pod_uid for ref in status.get("reservedFor") or []):
+                raise Transient(f"claim {claim.key} got a consumer in the meantime", claim=claim.key)
+            for key in ("allocation", "reservedFor", "devices"):
+                status.pop(key, None)
+            try:
+                await self.backend.update_claim_status(raw)
+                return
+            except WriteConflict:
+                continue
+        raise WriteConflict(f"deallocate claim {claim.key}: conflict", claim=claim.key)
+
     def prioritize(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
         """A 0..10 score for every given node (0 where the claims do not fit)."""
         if not self.backend.synced:

@@ -62,6 +62,9 @@ class FakeService:
             return FilterOutcome(list(node_names))
         return self.outcome
 
+    async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
+        return self.filter(pod, node_names)
+
     def prioritize(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
         self.calls.append(("prioritize", pod["metadata"]["name"], list(node_names)))
         self._maybe_raise("prioritize")

@@ -183,3 +183,36 @@ def test_explain_names_the_reason() -> None:
     entry = report["nodes"][0]
     assert entry["outcome"] == "Failed" and entry["reason"] == CANNOT_ALLOCATE
     assert "needs 3" in str(entry)
+
+
+PINNED_TO_NODE_3 = {
+    "devices": {"results": [{"request": "gpus", "driver": "gpu.example.com", "pool": "node-3", "device": "gpu-0"}]},
+    "nodeSelector": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["node-3"]}]}]
+    },
+}
+
+
+async def test_claim_pinned_elsewhere_and_unused_is_deallocated_so_the_pod_can_move() -> None:
+    """Spec §20: upstream's PostFilter deallocates such a claim; the extender does it from filter."""
+    stuck = claim("stuck")
+    stuck["status"] = {"allocation": PINNED_TO_NODE_3}
+    svc = service(cluster(stuck, pod("p", "stuck")))
+    outcome = await svc.filter_and_recover(pod("p", "stuck"), NODES)
+    assert outcome.error == "deallocation of ResourceClaim default/stuck completed"
+    assert not svc.debug_claim("default", "stuck")["status"].get("allocation")  # type: ignore[index]
+    again = await svc.filter_and_recover(pod("p", "stuck"), NODES)
+    assert again.node_names == NODES and not again.error
+
+
+async def test_claim_pinned_elsewhere_but_in_use_is_left_alone() -> None:
+    stuck = claim("busy")
+    stuck["status"] = {
+        "allocation": PINNED_TO_NODE_3,
+        "reservedFor": [{"resource": "pods", "name": "other", "uid": "uid-other"}],
+    }
+    svc = service(cluster(stuck, pod("p", "busy")))
+    outcome = await svc.filter_and_recover(pod("p", "busy"), NODES)
+    assert outcome.node_names == [] and not outcome.error
+    assert outcome.unresolvable == {"node-1": NOT_AVAILABLE, "node-2": NOT_AVAILABLE}
+    assert svc.debug_claim("default", "busy")["status"]["allocation"]  # type: ignore[index]
