@@ -10,6 +10,7 @@ Nothing happens at import time. Routes (under ``settings.path_prefix``, default 
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 
 import structlog
@@ -58,6 +59,10 @@ async def backend_lifecycle(app: web.Application) -> AsyncIterator[None]:
     backend = app[SERVICE].backend
     await backend.start()
     log.info("backend.started", backend=type(backend).__name__)
+    if backend.synced:
+        start = time.perf_counter()
+        warmed = app[SERVICE].warm_up()
+        log.info("caches.warmed", duration_ms=round((time.perf_counter() - start) * 1000, 1), **warmed)
     try:
         yield
     finally:

@@ -27,6 +27,7 @@ import structlog
 
 from extender.backends.base import Backend
 from extender.core.allocator import Allocation, Allocator
+from extender.core.cel import CelCompileError
 from extender.core.convert import encode_allocation_result
 from extender.core.errors import (
     DoesNotFit,
@@ -144,6 +145,31 @@ class SchedulingService:
         if allocator.lacks_class_devices(node):
             return True, NO_CLASS_DEVICES
         return False, CANNOT_ALLOCATE
+
+    def warm_up(self) -> dict[str, int]:
+        """Fill the caches a first filter would fill: every node's pools and every class selector
+        on every slice, so the first pod after (re)start costs what the next ones cost. CEL errors
+        are cached as values and surface when a pod reaches the device, as usual."""
+        snapshot = self.store.snapshot()
+        names = set(self.store.nodes)
+        names.update(s.node_name for s in self.store.slices.values() if s.node_name)
+        for name in names:
+            try:
+                snapshot.node_view(self.store.node(name), self.features)
+            except ValueError:
+                continue  # a malformed node selector: reported when a pod tries the node
+        evaluations = 0
+        for device_class in self.store.classes.values():
+            for expression in device_class.selectors:
+                if expression is None:
+                    continue
+                for slice_ in self.store.slices.values():
+                    try:
+                        self.store.selectors.results(expression, slice_)
+                    except CelCompileError:
+                        break  # reported when a pod uses the class
+                    evaluations += len(slice_.devices)
+        return {"nodes": len(names), "evaluations": evaluations}
 
     # --- verbs -------------------------------------------------------------------------------
 

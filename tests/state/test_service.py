@@ -216,3 +216,12 @@ async def test_claim_pinned_elsewhere_but_in_use_is_left_alone() -> None:
     assert outcome.node_names == [] and not outcome.error
     assert outcome.unresolvable == {"node-1": NOT_AVAILABLE, "node-2": NOT_AVAILABLE}
     assert svc.debug_claim("default", "busy")["status"]["allocation"]  # type: ignore[index]
+
+
+def test_warm_up_fills_the_caches_a_first_filter_needs() -> None:
+    svc = service(cluster(claim("c1"), nodes=3, gpus=2))
+    report = svc.warm_up()
+    assert report == {"nodes": 3, "evaluations": 6}
+    misses = svc.store.selectors.stats.result_misses
+    assert svc.filter(pod("p", "c1"), ["node-1", "node-2", "node-3"]).node_names
+    assert svc.store.selectors.stats.result_misses == misses  # nothing left to evaluate
