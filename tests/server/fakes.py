@@ -44,6 +44,7 @@ class FakeService:
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[Any, ...]] = field(default_factory=list)
+    warmed_up: int = 0
     ledger: InFlightLedger = field(default_factory=InFlightLedger)
     stats: ServiceStats = field(default_factory=ServiceStats)
 
@@ -61,6 +62,10 @@ class FakeService:
         if self.outcome is None:
             return FilterOutcome(list(node_names))
         return self.outcome
+
+    def warm_up(self) -> dict[str, int]:
+        self.warmed_up += 1  # not a verb: kept out of ``calls``
+        return {"nodes": 0, "evaluations": 0}
 
     async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
         return self.filter(pod, node_names)

@@ -443,3 +443,9 @@ async def test_backend_starts_with_the_app_and_stops_with_it(aiohttp_client: Any
     assert (fake.backend.started, fake.backend.stopped) == (1, 0)
     await client.close()
     assert (fake.backend.started, fake.backend.stopped) == (1, 1)
+
+
+async def test_caches_are_warmed_once_the_backend_is_synced(aiohttp_client: Any) -> None:
+    fake = FakeService()
+    await aiohttp_client(create_app(fake, ServerSettings()))
+    assert fake.warmed_up == 1
