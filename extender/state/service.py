@@ -332,6 +332,10 @@ class SchedulingService:
             unavailable = allocator.unavailable_claim(node)
             if unavailable is not None:
                 explanation["unavailableClaim"] = unavailable.key
+                explanation["message"] = f"{NOT_AVAILABLE}: claim {unavailable.key} is allocated on other nodes"
+            if explanation["outcome"] != "Fits":
+                # explain_node looks only at the claims still to allocate; the verdict is the filter's
+                explanation["fits"] = False
             out["nodes"].append(explanation)
         return out
 

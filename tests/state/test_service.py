@@ -225,3 +225,12 @@ def test_warm_up_fills_the_caches_a_first_filter_needs() -> None:
     misses = svc.store.selectors.stats.result_misses
     assert svc.filter(pod("p", "c1"), ["node-1", "node-2", "node-3"]).node_names
     assert svc.store.selectors.stats.result_misses == misses  # nothing left to evaluate
+
+
+async def test_explain_reports_a_claim_pinned_elsewhere() -> None:
+    svc = service(cluster(claim("shared"), pod("a", "shared"), pod("b", "shared")))
+    await svc.bind("default", "a", "uid-a", "node-2")
+    report = svc.explain(pod("b", "shared"), ["node-1"])
+    entry = report["nodes"][0]
+    assert entry["fits"] is False and entry["outcome"] == "FailedAndUnresolvable"
+    assert entry["unavailableClaim"] == "default/shared" and NOT_AVAILABLE in entry["message"]
