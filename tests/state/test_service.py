@@ -234,3 +234,30 @@ async def test_explain_reports_a_claim_pinned_elsewhere() -> None:
     entry = report["nodes"][0]
     assert entry["fits"] is False and entry["outcome"] == "FailedAndUnresolvable"
     assert entry["unavailableClaim"] == "default/shared" and NOT_AVAILABLE in entry["message"]
+
+
+GPU_0_OF_NODE_1 = {"request": "gpus", "driver": "gpu.example.com", "pool": "node-1", "device": "gpu-0"}
+
+
+def test_a_claim_at_its_consumer_limit_answers_error() -> None:
+    full = claim("popular")
+    full["status"] = {
+        "allocation": {"devices": {"results": [GPU_0_OF_NODE_1]}},
+        "reservedFor": [{"resource": "pods", "name": f"p{i}", "uid": f"uid-{i}"} for i in range(256)],
+    }
+    svc = service(cluster(full))
+    outcome = svc.filter(pod("newcomer", "popular"), NODES)
+    assert outcome.error == "resource claim default/popular is already reserved for 256 consumers, the maximum"
+    # one of the 256 consumers itself is fine
+    assert svc.filter(pod("p7", "popular", uid="uid-7"), NODES).node_names == NODES
+
+
+def test_a_claim_being_allocated_for_another_pod_answers_error() -> None:
+    svc = service(cluster(claim("c1"), pod("a", "c1"), pod("b", "c1")))
+    from extender.core.model import AllocationResult
+
+    svc.ledger.add(
+        claim=svc.store.claims["default/c1"], pod_key="default/a", pod_uid="uid-a", node="node-1",
+        result=AllocationResult(devices=()),
+    )
+    assert svc.filter(pod("b", "c1"), NODES).error == "resource claim default/c1 is in the process of being allocated"
