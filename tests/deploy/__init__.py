@@ -1,0 +1,1 @@
+"""Tests of the deployment artifacts: deploy/ manifests, the Dockerfile, the scheduler configuration."""
