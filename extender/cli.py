@@ -15,7 +15,7 @@ import ssl
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -39,6 +39,9 @@ from extender.core.scoring import ScoringPolicy
 from extender.logconfig import LOG_FORMATS, LOG_LEVELS, configure_logging
 from extender.manifests import ManifestError, load_manifests
 from extender.server.settings import DEFAULT_MAX_BODY_BYTES, ServerSettings, parse_listen, ssl_context
+
+if TYPE_CHECKING:
+    from extender.backends.kube import KubeBackend
 
 __all__ = ["main"]
 
@@ -202,11 +205,19 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise ValueError(f"must not be negative, not {text}")
+    return value
+
+
 def _add_serve(commands: Any) -> None:
     serve = commands.add_parser(
         "serve",
         help="run the extender service",
-        description="Run the kube-scheduler extender over an embedded cluster. Every flag can also be set "
+        description="Run the kube-scheduler extender over an embedded cluster (--cluster, --demo) or a "
+        "Kubernetes cluster (--kubeconfig, or the in-cluster service account). Every flag can also be set "
         f"with an environment variable {ENV_PREFIX}<FLAG> (e.g. {_env('--listen')}); flags win.",
     )
 
@@ -227,6 +238,34 @@ def _add_serve(commands: Any) -> None:
         action="store_true",
         default=None,
         help=f"serve the demo cluster {DEMO_CLUSTER.name} [env {_env('--demo')}=1]",
+    )
+    source.add_argument(
+        "--kubeconfig",
+        default=os.environ.get(_env("--kubeconfig")),
+        metavar="PATH",
+        help="a real cluster through this kubeconfig; with no --cluster, --demo or --kubeconfig the "
+        f"in-cluster service account is used [env {_env('--kubeconfig')}]",
+    )
+    kube = serve.add_argument_group("Kubernetes backend")
+
+    def kube_option(flag: str, default: str | None, help_text: str, **kwargs: Any) -> None:
+        env = _env(flag)
+        kube.add_argument(flag, default=os.environ.get(env, default), help=f"{help_text} [env {env}]", **kwargs)
+
+    kube_option("--context", None, "kubeconfig context (default: the current one)")
+    kube_option(
+        "--lease-name",
+        None,
+        "follow this kube-scheduler leader-election Lease and refuse binds unless its holder is this "
+        "pod (the sidecar model); unset: always bind",
+    )
+    kube_option("--lease-namespace", "kube-system", "namespace of --lease-name (default %(default)s)")
+    kube_option(
+        "--requeue-rate",
+        "5",
+        "pods per second at most to nudge back into the scheduling queue when devices free up; 0 turns "
+        "fast requeue off (default %(default)s)",
+        type=_checked(_non_negative_float),
     )
     option(
         "--listen",
@@ -271,6 +310,8 @@ def _cluster_paths(args: argparse.Namespace) -> list[str]:
     demo = args.demo if args.demo is not None else os.environ.get(_env("--demo"), "").lower() in _TRUE
     if demo and clusters:
         raise ValueError("give either --cluster or --demo, not both")
+    if args.kubeconfig and (demo or clusters):
+        raise ValueError("give one cluster source: --cluster, --demo or --kubeconfig")
     if demo:
         if not DEMO_CLUSTER.is_file():
             raise ValueError(
@@ -278,13 +319,24 @@ def _cluster_paths(args: argparse.Namespace) -> list[str]:
                 "repository, not the installed package; run from a checkout or use --cluster PATH"
             )
         return [str(DEMO_CLUSTER)]
-    if not clusters:
-        raise ValueError("serve needs a cluster: --cluster PATH (repeatable) or --demo")
-    return list(clusters)
+    if not clusters and not args.kubeconfig and not _kubernetes_reachable_by_default():
+        raise ValueError(
+            "serve needs a cluster: --cluster PATH (repeatable), --demo, --kubeconfig PATH, "
+            "or run inside a pod (in-cluster configuration)"
+        )
+    return list(clusters)  # empty: the Kubernetes backend (kubeconfig or in-cluster)
+
+
+def _kubernetes_reachable_by_default() -> bool:
+    """Whether credentials can be found without --kubeconfig: in a pod, $KUBECONFIG, ~/.kube/config."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") or os.environ.get("KUBECONFIG"):
+        return True
+    return (Path.home() / ".kube" / "config").is_file()
 
 
 def _serve(args: argparse.Namespace) -> int:
     # Imported here: the server stack (aiohttp, prometheus) is not needed by ``allocate``.
+    from extender.backends.base import Backend
     from extender.backends.embedded import EmbeddedBackend
     from extender.server.app import create_app, run
     from extender.state.service import SchedulingService
@@ -314,18 +366,41 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    try:
-        backend = EmbeddedBackend.from_paths(*paths)
-    except (ManifestError, ExtenderError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    service = SchedulingService(backend=backend, scoring=args.scoring)
+    on_rejected = None
+    backend: Backend
+    if paths:
+        try:
+            backend = EmbeddedBackend.from_paths(*paths)
+        except (ManifestError, ExtenderError, OSError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    else:
+        kube = _kube_backend(args)
+        if kube.rejected is not None:
+            on_rejected = kube.rejected.record
+        backend = kube
+    service = SchedulingService(backend=backend, scoring=args.scoring, on_rejected=on_rejected)
     try:
         run(create_app(service, settings))
+    except ExtenderError as exc:  # the backend could not start (unreachable, forbidden, unserved API)
+        print(f"error: {exc.reason}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"error: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _kube_backend(args: argparse.Namespace) -> KubeBackend:
+    from extender.backends.kube import KubeBackend, KubeSettings, LeaseSettings, RequeueSettings
+
+    settings = KubeSettings(
+        lease=LeaseSettings(name=args.lease_name, namespace=args.lease_namespace) if args.lease_name else None,
+        requeue=RequeueSettings(rate_per_second=args.requeue_rate) if args.requeue_rate > 0 else None,
+    )
+    return KubeBackend.from_kubeconfig(
+        args.kubeconfig or None, context=args.context or None, in_cluster=None, settings=settings
+    )
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -10,6 +10,8 @@ Nothing happens at import time. Routes (under ``settings.path_prefix``, default 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 
@@ -59,15 +61,34 @@ async def backend_lifecycle(app: web.Application) -> AsyncIterator[None]:
     backend = app[SERVICE].backend
     await backend.start()
     log.info("backend.started", backend=type(backend).__name__)
+    warming: asyncio.Task[None] | None = None
     if backend.synced:
-        start = time.perf_counter()
-        warmed = app[SERVICE].warm_up()
-        log.info("caches.warmed", duration_ms=round((time.perf_counter() - start) * 1000, 1), **warmed)
+        _warm_up(app)
+    else:
+        warming = asyncio.create_task(_warm_up_once_synced(app), name="warm caches after sync")
     try:
         yield
     finally:
+        if warming is not None:
+            warming.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await warming
         await backend.stop()
         log.info("backend.stopped", backend=type(backend).__name__)
+
+
+def _warm_up(app: web.Application) -> None:
+    start = time.perf_counter()
+    warmed = app[SERVICE].warm_up()
+    log.info("caches.warmed", duration_ms=round((time.perf_counter() - start) * 1000, 1), **warmed)
+
+
+async def _warm_up_once_synced(app: web.Application, poll_seconds: float = 0.2) -> None:
+    """The kube backend syncs after start(): warm the caches as soon as it has."""
+    backend = app[SERVICE].backend
+    while not backend.synced:
+        await asyncio.sleep(poll_seconds)
+    _warm_up(app)
 
 
 def run(app: web.Application) -> None:

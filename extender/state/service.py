@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -103,8 +103,12 @@ class SchedulingService:
         features: Features = Features(),
         scoring: ScoringPolicy | None = None,
         scoring_annotation: str = "dra-extender.io/scoring",
+        on_rejected: Callable[[Mapping[str, Any]], None] | None = None,
     ) -> None:
+        """``on_rejected`` is told of every pod that no offered node fits (the kube backend uses it
+        to requeue such pods quickly once devices free up)."""
         self.backend = backend
+        self.on_rejected = on_rejected
         self.store = backend.store
         self.ledger = ledger if ledger is not None else InFlightLedger()
         self.features = features
@@ -201,6 +205,8 @@ class SchedulingService:
                 (result.unresolvable if unresolvable else result.failed)[node.name] = reason
             else:
                 result.unresolvable[node.name] = outcome.reason
+        if not result.node_names and self.on_rejected is not None:
+            self.on_rejected(pod)
         return result
 
     async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:

@@ -107,7 +107,9 @@ def test_demo_flag_and_variable(served: list[web.Application], monkeypatch: pyte
 @pytest.mark.parametrize(
     ("argv", "env", "message"),
     [
-        (["serve"], {}, "serve needs a cluster: --cluster PATH (repeatable) or --demo"),
+        (["serve"], {"HOME": "/nonexistent"}, "serve needs a cluster: --cluster PATH (repeatable), --demo"),
+        (["serve", "--demo", "--kubeconfig", "kubeconfig.yaml"], {}, "one cluster source"),
+        (["serve", "--cluster", str(CLUSTER), "--kubeconfig", "kubeconfig.yaml"], {}, "one cluster source"),
         (["serve", "--demo", "--cluster", str(CLUSTER)], {}, "either --cluster or --demo, not both"),
         (["serve", "--cluster", "/does/not/exist.yaml"], {}, "error:"),
         (["serve", "--cluster", str(CLUSTER), "--tls-cert-file", "c.pem"], {}, "both a certificate file and a key"),
@@ -124,6 +126,8 @@ def test_clear_errors(
     env: dict[str, str],
     message: str,
 ) -> None:
+    for name in ("KUBERNETES_SERVICE_HOST", "KUBECONFIG"):
+        monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert cli.main(argv) == 2
@@ -138,7 +142,8 @@ def test_clear_errors(
         (["--listen", "8888"], "listen address '8888' is not HOST:PORT"),
         (["--max-body-bytes", "-1"], "must be a positive integer"),
         (["--log-format", "xml"], "invalid choice"),
-        (["--kubeconfig", "x"], "unrecognized arguments"),
+        (["--requeue-rate", "-1"], "must not be negative"),
+        (["--no-such-flag"], "unrecognized arguments"),
     ],
 )
 def test_usage_errors(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
@@ -219,3 +224,19 @@ def test_serve_demo_in_a_real_process() -> None:
     assert "server.listening" in names and "filter.decided" in names and "backend.stopped" in names
     decided = next(e for e in events if e["event"] == "filter.decided")
     assert decided["pod"] == "default/two-gpu-pod" and decided["level"] == "info" and "timestamp" in decided
+
+
+def test_without_manifests_the_kubernetes_backend_is_used(
+    served: list[web.Application], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from extender.backends.kube import KubeBackend
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    assert cli.main(["serve"]) == 0  # in a pod: the in-cluster service account, loaded at start
+    monkeypatch.setenv("DRA_EXTENDER_KUBECONFIG", "/etc/kube/config")
+    assert cli.main(["serve", "--lease-name", "dra-extender-scheduler", "--requeue-rate", "0"]) == 0
+    first, second = (app[SERVICE] for app in served)
+    assert isinstance(first.backend, KubeBackend) and isinstance(second.backend, KubeBackend)
+    assert first.on_rejected is not None  # fast requeue on by default
+    assert second.on_rejected is None and second.backend.settings.lease is not None
+    assert second.backend.settings.lease.name == "dra-extender-scheduler"

@@ -1,0 +1,374 @@
+"""``KubeBackend``: the ``Backend`` protocol against a real API server.
+
+Reads: five reflectors (``reflector.py``) keep ``store`` filled — ResourceSlices, ResourceClaims
+and DeviceClasses in the served resource.k8s.io version (``discovery.py``), Pods and Nodes in
+core/v1. All pods are watched (minus terminated ones, by field selector): the service reads pods
+by name at filter time and from the pods' ``status.resourceClaimStatuses``; narrowing further
+(pods with claims only) needs a server-side filter Kubernetes does not offer. ``synced`` is true
+once every reflector has listed and none has failed; after the first full sync the objects are
+moved out of the garbage collector's reach (``gc.freeze()``, spec/libraries.md §1).
+
+Writes follow the protocol and the API server's answers: ``update_claim`` (PUT),
+``update_claim_status`` (PUT .../status), ``bind_pod`` (POST .../binding with ``metadata.uid`` as
+precondition). The object a write returns is put into the store at once through the
+``StoreFeeder``, which skips anything older than what it already applied, so the watch's later
+copy (or an older event still in flight) cannot move the store back in time. Bind success and
+failure are also recorded as Kubernetes Events on the pod (best effort, in the background).
+
+Optional parts: ``leader`` (``LeaseWatcher``: bind only while the co-located kube-scheduler leads)
+and the fast requeue (``rejected`` + ``Requeuer``: nudge rejected pods when devices free up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import gc
+import socket
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from extender.core.errors import ExtenderError, ObjectNotFound
+from extender.state.store import ObjectStore
+
+from .client import ClientSettings, KubeClient
+from .config import ClusterConfig, load_cluster_config
+from .discovery import GROUP, discover
+from .errors import KubeStartupError
+from .feeder import StoreFeeder
+from .leader import LeaseSettings, LeaseWatcher
+from .reflector import Reflector, Resource, WatchSettings
+from .requeue import RejectedPod, RejectedPods, Requeuer, RequeueSettings
+
+__all__ = ["KubeBackend", "KubeSettings"]
+
+log = structlog.get_logger()
+
+ConfigSource = Callable[[], Awaitable[ClusterConfig]]
+
+#: Pods that can no longer hold devices are not worth memory (the apiserver sends DELETED when a
+#: pod stops matching).
+ACTIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
+
+
+@dataclass(frozen=True, slots=True)
+class KubeSettings:
+    watch: WatchSettings = field(default_factory=WatchSettings)
+    client: ClientSettings = field(default_factory=ClientSettings)
+    api_version: str = ""
+    """resource.k8s.io version to use ("v1", ...); empty: discover it (the normal case)."""
+    pod_field_selector: str | None = ACTIVE_PODS
+    lease: LeaseSettings | None = None
+    """Follow kube-scheduler's Lease and refuse binds unless we lead (None: always bind)."""
+    requeue: RequeueSettings | None = field(default_factory=RequeueSettings)
+    """Fast requeue of rejected pods (None: off)."""
+    events: bool = True
+    """Record bind success and failure as Events on the pod."""
+    freeze_gc: bool = True
+    """``gc.freeze()`` after the first full sync (tests switch it off)."""
+    check_access: bool = True
+    """At start, list each kind once (limit=1) so missing RBAC fails start with verb+resource."""
+    component: str = "dra-extender"
+
+
+class KubeBackend:
+    """The Kubernetes backend; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ClusterConfig | ConfigSource,
+        *,
+        settings: KubeSettings = KubeSettings(),
+        store: ObjectStore | None = None,
+        rejected: RejectedPods | None = None,
+    ) -> None:
+        self._config_source = config
+        self.settings = settings
+        self.store = store if store is not None else ObjectStore()
+        self.rejected = rejected
+        if self.rejected is None and settings.requeue is not None:
+            self.rejected = RejectedPods(ttl_seconds=settings.requeue.ttl_seconds, max_pods=settings.requeue.max_pods)
+        self.client: KubeClient | None = None
+        self.api_version = ""  # "resource.k8s.io/v1" once discovered
+        self.reflectors: dict[str, Reflector] = {}
+        self.leader: LeaseWatcher | None = None
+        self.requeuer: Requeuer | None = None
+        self.feeder = StoreFeeder(self.store, on_freed=self._freed)
+        #: Set when a reflector failed for good: ``synced`` stays False.
+        self.failure: BaseException | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._side_tasks: set[asyncio.Task[None]] = set()
+        self._synced_event: asyncio.Event | None = None
+        self._frozen = False
+        self._instance = socket.gethostname()
+
+    @classmethod
+    def from_kubeconfig(
+        cls,
+        kubeconfig: str | None = None,
+        *,
+        context: str | None = None,
+        in_cluster: bool | None = None,
+        **options: Any,
+    ) -> KubeBackend:
+        """Credentials are loaded in ``start()`` (it is async): kubeconfig path/context, or the
+        in-cluster service account (see ``config.load_cluster_config``)."""
+
+        async def load() -> ClusterConfig:
+            return await load_cluster_config(kubeconfig, context=context, in_cluster=in_cluster)
+
+        return cls(load, **options)
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    @property
+    def synced(self) -> bool:
+        return self.failure is None and bool(self.reflectors) and all(r.synced for r in self.reflectors.values())
+
+    async def start(self) -> None:
+        """Load credentials, discover the API, check access, then spawn one task per reflector.
+        Raises ``KubeStartupError`` (unreachable, forbidden, unserved) with a message to act on."""
+        if self._tasks:
+            return
+        self._synced_event = asyncio.Event()
+        try:
+            await self._connect()
+        except BaseException:
+            await self._close_client()
+            raise
+        assert self.client is not None
+        for resource in self._resources():
+            reflector = Reflector(
+                self.client, resource, self.feeder, settings=self.settings.watch, on_synced=self._reflector_synced
+            )
+            self.reflectors[resource.kind] = reflector
+            self._tasks.append(self._guarded(reflector.run(), f"watch {resource.plural}"))
+        if self.settings.lease is not None:
+            self.leader = LeaseWatcher(self.client, self.settings.lease)
+        if self.settings.requeue is not None and self.rejected is not None:
+            self.requeuer = Requeuer(
+                self.client, self.rejected, self.settings.requeue, still_pending=self._still_pending
+            )
+            self._tasks.append(self._guarded(self.requeuer.run(), "requeue rejected pods"))
+        log.info("kube.started", api=self.api_version, source=self.client.config.source, host=self.client.config.host)
+
+    async def stop(self) -> None:
+        tasks = self._tasks + list(self._side_tasks)
+        self._tasks = []
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+            except Exception:  # already logged by the guard
+                pass
+        self._side_tasks.clear()
+        self.reflectors = {}  # not synced any more: nothing keeps the store current
+        await self._close_client()
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        """Return once every reflector has listed (raises TimeoutError, or the failure)."""
+        if self._synced_event is None:
+            raise RuntimeError("start() first")
+        async with asyncio.timeout(timeout):
+            await self._synced_event.wait()
+        if self.failure is not None:
+            raise self.failure
+
+    async def _connect(self) -> None:
+        source = self._config_source
+        if isinstance(source, ClusterConfig):
+            config = source
+        else:
+            try:
+                config = await source()
+            except Exception as exc:  # kubeconfig missing or malformed, no service account, ...
+                raise KubeStartupError(f"cannot load Kubernetes credentials: {type(exc).__name__}: {exc}") from exc
+        self.client = KubeClient(config, settings=self.settings.client)
+        version = self.settings.api_version or await discover(self.client)
+        self.api_version = f"{GROUP}/{version}"
+        if self.settings.check_access:
+            for resource in self._resources():
+                params = {"limit": "1"}
+                await self.client.request("GET", resource.path, params=params, verb="list", resource=resource.name)
+
+    def _resources(self) -> list[Resource]:
+        return [
+            Resource("DeviceClass", self.api_version, "deviceclasses"),
+            Resource("ResourceSlice", self.api_version, "resourceslices"),
+            Resource("ResourceClaim", self.api_version, "resourceclaims"),
+            Resource("Node", "v1", "nodes"),
+            Resource("Pod", "v1", "pods", field_selector=self.settings.pod_field_selector),
+        ]
+
+    async def _close_client(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
+    def _guarded(self, work: Awaitable[None], name: str) -> asyncio.Task[None]:
+        async def guard() -> None:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Fatal (403 mid-run, a bug): stop being ready rather than serve a stale cache.
+                self.failure = exc
+                log.exception("kube.task_failed", task=name, reason=getattr(exc, "reason", str(exc)))
+                if self._synced_event is not None:
+                    self._synced_event.set()
+            else:
+                log.error("kube.task_finished", task=name, reason="finished unexpectedly")
+
+        return asyncio.create_task(guard(), name=name)
+
+    def _reflector_synced(self, reflector: Reflector) -> None:
+        log.info("kube.kind_synced", kind=reflector.resource.kind, objects=self.feeder.count(reflector.resource.kind))
+        if not self.synced:
+            return
+        if self.settings.freeze_gc and not self._frozen:
+            # Everything listed so far lives long: keep the collector from scanning it again.
+            gc.collect()
+            gc.freeze()
+            self._frozen = True
+        log.info("kube.synced", slices=len(self.store.slices), devices=self.store.device_count())
+        if self._synced_event is not None:
+            self._synced_event.set()
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def _claim_path(self, namespace: str, name: str) -> str:
+        return f"/apis/{self.api_version}/namespaces/{namespace or 'default'}/resourceclaims/{name}"
+
+    def _api(self) -> KubeClient:
+        if self.client is None:
+            raise KubeStartupError("the Kubernetes backend is not started")
+        return self.client
+
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        key = f"{namespace}/{name}"
+        try:
+            return await self._api().request(
+                "GET", self._claim_path(namespace, name), verb="get", resource=f"resourceclaims.{GROUP}"
+            )
+        except ExtenderError as exc:
+            exc.claim = exc.claim or key
+            raise
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return await self._api().request(
+                "GET", f"/api/v1/namespaces/{namespace or 'default'}/pods/{name}", verb="get", resource="pods"
+            )
+        except ObjectNotFound:
+            return None
+
+    # --- writes ---------------------------------------------------------------------------------
+
+    async def update_claim(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return await self._put_claim(raw, "", verb="update", resource=f"resourceclaims.{GROUP}")
+
+    async def update_claim_status(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return await self._put_claim(raw, "/status", verb="update", resource=f"resourceclaims.{GROUP}/status")
+
+    async def _put_claim(self, raw: dict[str, Any], suffix: str, *, verb: str, resource: str) -> dict[str, Any]:
+        meta = raw.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        body = dict(raw)
+        body.setdefault("apiVersion", self.api_version)
+        body.setdefault("kind", "ResourceClaim")
+        try:
+            stored = await self._api().request(
+                "PUT", self._claim_path(namespace, name) + suffix, body=body, verb=verb, resource=resource
+            )
+        except ExtenderError as exc:
+            exc.claim = exc.claim or f"{namespace}/{name}"
+            raise
+        stored.setdefault("kind", "ResourceClaim")
+        self.feeder.written(stored)
+        return stored
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        namespace = namespace or "default"
+        binding: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, **({"uid": uid} if uid else {})},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        try:
+            if self.leader is not None:
+                await self.leader.ensure_leader()
+            await self._api().request(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
+                body=binding,
+                verb="create",
+                resource="pods/binding",
+            )
+        except ExtenderError as exc:
+            exc.node = exc.node or node
+            self.pod_event(namespace, name, uid, kind="Warning", reason="FailedBinding", message=exc.reason)
+            raise
+        self.pod_event(
+            namespace, name, uid, kind="Normal", reason="DevicesBound", message=f"claims allocated; bound to {node}"
+        )
+
+    def observe_pod(self, raw_pod: dict[str, Any]) -> None:
+        """Nothing to do: the pod watch sees every pod."""
+
+    # --- events ---------------------------------------------------------------------------------
+
+    def pod_event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str) -> None:
+        """Record a core/v1 Event on the pod in the background; failures are only logged."""
+        if not self.settings.events or self.client is None:
+            return
+        task = asyncio.create_task(self._post_event(namespace, name, uid, kind, reason, message), name="pod event")
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    async def _post_event(self, namespace: str, name: str, uid: str, kind: str, reason: str, message: str) -> None:
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid},
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": self.settings.component},
+            "reportingComponent": self.settings.component,
+            "reportingInstance": self._instance,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            await self._api().request(
+                "POST", f"/api/v1/namespaces/{namespace}/events", body=event, verb="create", resource="events"
+            )
+        except ExtenderError as exc:
+            log.info("kube.event_failed", pod=f"{namespace}/{name}", reason=exc.reason)
+
+    # --- requeue --------------------------------------------------------------------------------
+
+    def _freed(self, reason: str) -> None:
+        if self.requeuer is not None and self.synced:
+            self.requeuer.nudge(reason)
+
+    def _still_pending(self, pod: RejectedPod) -> bool:
+        """Skip pods the store shows bound, gone or re-created."""
+        stored = self.store.pods.get(f"{pod.namespace}/{pod.name}")
+        if stored is None:
+            return True  # not seen yet by the pod watch: try anyway
+        meta = stored.get("metadata") or {}
+        if pod.uid and meta.get("uid") and meta.get("uid") != pod.uid:
+            return False
+        return not (stored.get("spec") or {}).get("nodeName")

@@ -1,0 +1,220 @@
+"""A thin JSON client for the Kubernetes API on aiohttp: one session, orjson, every status checked.
+
+``check_response`` is the one place HTTP outcomes become our errors (kopf's ``check_response``):
+
+=========================  ==========================================================
+HTTP                       raised
+=========================  ==========================================================
+2xx                        nothing
+409                        ``WriteConflict``
+404                        ``ObjectNotFound``
+410                        ``Gone`` (re-list)
+401, 403                   ``AccessDenied`` naming the verb and the resource
+429, 5xx                   ``ApiUnavailable``
+400, 422                   ``InvalidObject``
+anything else              ``UnexpectedResponse``
+connection error, timeout  ``ApiUnavailable`` (from ``KubeClient``)
+=========================  ==========================================================
+
+Each mapped error chains an ``ApiStatusError`` (status, decoded ``Status``) as its cause. Only a
+Kubernetes ``Status`` body's ``message`` is kept; other bodies (HTML from a proxy, ...) are cut to
+256 characters so logs stay safe and short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import aiohttp
+import orjson
+
+from extender.core.errors import ApiUnavailable, InvalidObject, ObjectNotFound, WriteConflict
+
+from .config import ClusterConfig
+from .errors import AccessDenied, ApiStatusError, Gone, UnexpectedResponse
+
+__all__ = ["BODY_LIMIT", "ClientSettings", "KubeClient", "check_response", "status_message"]
+
+#: How much of a non-Status error body we keep.
+BODY_LIMIT = 256
+
+JSON = "application/json"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    request_timeout: float = 30.0
+    """Whole-request limit for ordinary calls (not watches). The apiserver's own limit is 60 s;
+    a bind must answer the scheduler well before its extender timeout."""
+    connect_timeout: float = 10.0
+    """Connecting (TCP + TLS) to the API server."""
+    max_connections: int = 100
+    """Connection pool size (kubernetes-asyncio's default); every watch holds one."""
+    user_agent: str = "dra-extender"
+
+
+def status_message(body: bytes) -> tuple[str, dict[str, Any] | None]:
+    """(message, Status dict or None) from an error body."""
+    try:
+        decoded = orjson.loads(body) if body else None
+    except orjson.JSONDecodeError:
+        decoded = None
+    if isinstance(decoded, dict) and decoded.get("kind") == "Status":
+        return str(decoded.get("message") or decoded.get("reason") or ""), decoded
+    text = body[:BODY_LIMIT].decode("utf-8", "replace")
+    return text + ("..." if len(body) > BODY_LIMIT else ""), None
+
+
+def check_response(status: int, body: bytes, *, verb: str, resource: str) -> None:
+    """Raise the error for a non-2xx answer to ``verb`` on ``resource`` (table in the docstring)."""
+    if 200 <= status < 300:
+        return
+    message, decoded = status_message(body)
+    raise_for_status(status, message, decoded, verb=verb, resource=resource)
+
+
+def raise_for_status(
+    status: int, message: str, decoded: dict[str, Any] | None, *, verb: str, resource: str
+) -> NoReturn:
+    """Raise the mapped error for ``status`` (also used for watch ERROR events)."""
+    cause = ApiStatusError(status, message, decoded)
+    error: Exception
+    if status == 409:
+        error = WriteConflict(message)
+    elif status == 404:
+        error = ObjectNotFound(message or f"{resource} not found")
+    elif status == 410:
+        error = Gone(message or "resource version too old")
+    elif status in (401, 403):
+        what = "unauthorized (no valid credentials)" if status == 401 else "forbidden"
+        error = AccessDenied(
+            f"{what}: cannot {verb} {resource} (HTTP {status}): {message}", verb=verb, resource=resource
+        )
+    elif status == 429 or status >= 500:
+        error = ApiUnavailable(f"{verb} {resource}: HTTP {status}: {message}")
+    elif status in (400, 422):
+        error = InvalidObject(message, obj=resource)
+    else:
+        error = UnexpectedResponse(f"{verb} {resource}: unexpected HTTP {status}: {message}")
+    raise error from cause
+
+
+class KubeClient:
+    """One aiohttp session to one API server. Create and use it inside the running loop."""
+
+    def __init__(self, config: ClusterConfig, *, settings: ClientSettings = ClientSettings()) -> None:
+        self.config = config
+        self.settings = settings
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(ssl=self.config.ssl_context(), limit=self.settings.max_connections)
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                headers={"User-Agent": self.settings.user_agent, "Accept": JSON},
+                json_serialize=lambda obj: orjson.dumps(obj).decode(),
+            )
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    def url(self, path: str) -> str:
+        return self.config.host + path
+
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {}
+        token = await self.config.auth()
+        if token:
+            headers["Authorization"] = token
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        verb: str,
+        resource: str,
+        params: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str = JSON,
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        """One call; the decoded JSON answer, or the mapped error (see ``check_response``)."""
+        data = None if body is None else orjson.dumps(body)
+        headers = await self._headers(content_type if data is not None else None)
+        limit = aiohttp.ClientTimeout(
+            total=timeout or self.settings.request_timeout, sock_connect=self.settings.connect_timeout
+        )
+        try:
+            async with self.session.request(
+                method,
+                self.url(path),
+                params=params,
+                data=data,
+                headers=headers,
+                timeout=limit,
+                server_hostname=self.config.tls_server_name,
+            ) as response:
+                raw = await response.read()
+                status = response.status
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise ApiUnavailable(f"{verb} {resource}: {_describe(exc)}") from exc
+        check_response(status, raw, verb=verb, resource=resource)
+        try:
+            decoded = orjson.loads(raw) if raw else {}
+        except orjson.JSONDecodeError as exc:
+            raise ApiUnavailable(f"{verb} {resource}: the answer is not JSON") from exc
+        if not isinstance(decoded, dict):
+            raise ApiUnavailable(f"{verb} {resource}: the answer is not a JSON object")
+        return decoded
+
+    @asynccontextmanager
+    async def stream(
+        self, path: str, *, verb: str, resource: str, params: Mapping[str, str], inactivity_timeout: float
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Open a streaming GET (a watch): yields the response once its status was checked. A
+        read that waits longer than ``inactivity_timeout`` raises ``asyncio.TimeoutError``."""
+        headers = await self._headers(None)
+        limit = aiohttp.ClientTimeout(
+            total=None, sock_connect=self.settings.connect_timeout, sock_read=inactivity_timeout
+        )
+        try:
+            response = await self.session.get(
+                self.url(path),
+                params=params,
+                headers=headers,
+                timeout=limit,
+                server_hostname=self.config.tls_server_name,
+            )
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise ApiUnavailable(f"{verb} {resource}: {_describe(exc)}") from exc
+        try:
+            if not 200 <= response.status < 300:
+                try:
+                    raw = await response.read()
+                except (TimeoutError, aiohttp.ClientError):
+                    raw = b""
+                check_response(response.status, raw, verb=verb, resource=resource)
+            yield response
+        finally:
+            # close, not release: an abandoned watch must not go back to the pool half-read
+            response.close()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

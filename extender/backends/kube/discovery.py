@@ -1,0 +1,72 @@
+"""Which resource.k8s.io version the server serves, with clear errors when it cannot be used.
+
+We speak v1, v1beta2, v1beta1 and v1alpha3 (``convert.py`` decodes each), in that order of
+preference, whatever the server's own ``preferredVersion`` says: v1 is what upstream's scheduler
+uses when it is served. The parsing is pure (``pick_version``, ``missing_resources``) so it is
+tested with canned discovery documents; ``discover`` does the GETs and takes the first
+preferred version that has every resource we use (new servers keep v1alpha3 for other kinds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from extender.core.errors import ApiUnavailable, ObjectNotFound
+
+from .client import KubeClient
+from .errors import ApiNotServed, ServerUnreachable
+
+__all__ = ["GROUP", "PREFERRED_VERSIONS", "REQUIRED_RESOURCES", "discover", "missing_resources", "pick_version"]
+
+GROUP = "resource.k8s.io"
+PREFERRED_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
+#: What the backend lists, watches and writes in the group.
+REQUIRED_RESOURCES = ("resourceslices", "resourceclaims", "resourceclaims/status", "deviceclasses")
+
+
+def pick_version(group: Mapping[str, Any]) -> str:
+    """The best version we speak among those an ``APIGroup`` document lists; ApiNotServed if none."""
+    served = [str(v.get("version")) for v in group.get("versions") or () if isinstance(v, dict)]
+    for version in PREFERRED_VERSIONS:
+        if version in served:
+            return version
+    raise ApiNotServed(
+        f"the API server serves {GROUP} only in versions {', '.join(served) or '(none)'}; "
+        f"dra-extender needs one of {', '.join(PREFERRED_VERSIONS)}"
+    )
+
+
+def missing_resources(resource_list: Mapping[str, Any], required: Iterable[str] = REQUIRED_RESOURCES) -> list[str]:
+    """The required resources (and subresources) an ``APIResourceList`` document lacks."""
+    names = {str(r.get("name")) for r in resource_list.get("resources") or () if isinstance(r, dict)}
+    return [name for name in required if name not in names]
+
+
+async def discover(client: KubeClient) -> str:
+    """The resource.k8s.io version to use (``"v1"``, ...). Raises ServerUnreachable when the
+    server does not answer, ApiNotServed when the group or one of our resources is not served."""
+    where = client.config.host
+    try:
+        await client.request("GET", "/version", verb="get", resource="/version")
+    except ApiUnavailable as exc:
+        raise ServerUnreachable(
+            f"cannot reach the API server at {where} ({client.config.source}): {exc.reason}"
+        ) from exc
+    try:
+        group = await client.request("GET", f"/apis/{GROUP}", verb="get", resource=f"/apis/{GROUP}")
+    except ObjectNotFound as exc:
+        raise ApiNotServed(
+            f"the API server at {where} does not serve {GROUP} (DRA is not enabled: it needs "
+            "Kubernetes 1.34+, or the DynamicResourceAllocation feature gate and the API group enabled)"
+        ) from exc
+    pick_version(group)  # raises when none of ours is served
+    served = {str(v.get("version")) for v in group.get("versions") or () if isinstance(v, dict)}
+    lacking: list[str] = []
+    for version in (v for v in PREFERRED_VERSIONS if v in served):
+        path = f"/apis/{GROUP}/{version}"
+        missing = missing_resources(await client.request("GET", path, verb="get", resource=path))
+        if not missing:
+            return version
+        lacking.append(f"{GROUP}/{version} lacks {', '.join(missing)}")
+    raise ApiNotServed(f"no served version of {GROUP} on {where} has what dra-extender needs: {'; '.join(lacking)}")

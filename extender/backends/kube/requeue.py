@@ -1,0 +1,204 @@
+"""Fast requeue: nudge the pods we rejected when devices free up.
+
+With the in-tree DRA plugin disabled, kube-scheduler does not watch ResourceSlices or
+ResourceClaims, so a pod the extender rejected waits for some other event it observes, or for the
+5-minute flush of the unschedulable pool (spec extender-protocol-and-peers.md A.4). Any update of
+the pending pod itself is such an event (the scheduler registers a wildcard enqueue extension for
+extenders), so when devices free up — a claim deallocated or deleted, a slice added or grown — we
+patch an annotation (``dra-extender.io/requeue: <RFC 3339 time>``) on each recently rejected pod.
+
+- ``RejectedPods``: the registry the service feeds (``record(pod)`` when a filter rejected every
+  node); entries expire after ``ttl_seconds`` (the scheduler's own flush takes over).
+- ``TokenBucket``: the rate limit (``rate_per_second``, ``burst``).
+- ``Requeuer``: ``nudge(reason)`` from the store feeder; its task drains the registry, patching
+  pods at the bucket's pace. Patch failures are logged and dropped (best effort).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from extender.core.errors import ExtenderError
+
+from .client import MERGE_PATCH, KubeClient
+
+__all__ = ["REQUEUE_ANNOTATION", "RejectedPod", "RejectedPods", "RequeueSettings", "Requeuer", "TokenBucket"]
+
+log = structlog.get_logger()
+
+REQUEUE_ANNOTATION = "dra-extender.io/requeue"
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class RequeueSettings:
+    rate_per_second: float = 5.0
+    """Sustained pod patches per second: a burst of freed devices must not flood the apiserver."""
+    burst: int = 20
+    """Patches allowed at once before the rate applies."""
+    ttl_seconds: float = 300.0
+    """How long a rejection is remembered: after 5 minutes the scheduler's flush retries anyway."""
+    max_pods: int = 10_000
+    """Registry bound; the oldest rejection is forgotten first."""
+    settle_seconds: float = 0.2
+    """Wait after the first nudge so that a burst of watch events results in one pass."""
+    annotation: str = REQUEUE_ANNOTATION
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedPod:
+    namespace: str
+    name: str
+    uid: str
+    at: float
+
+
+class RejectedPods:
+    """Pods a filter rejected on every node, by ``namespace/name`` (newest rejection kept)."""
+
+    def __init__(
+        self, *, ttl_seconds: float = 300.0, max_pods: int = 10_000, clock: Callable[[], float] = time.monotonic
+    ):
+        self.ttl_seconds = ttl_seconds
+        self.max_pods = max_pods
+        self._clock = clock
+        self._pods: dict[str, RejectedPod] = {}
+
+    def __len__(self) -> int:
+        return len(self._pods)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._pods
+
+    def record(self, pod: Mapping[str, Any]) -> None:
+        """Remember a pod (a raw dict from the filter request) that no node fitted."""
+        meta = pod.get("metadata") or {}
+        name = meta.get("name")
+        if not isinstance(name, str) or not name:
+            return
+        namespace = str(meta.get("namespace") or "default")
+        key = f"{namespace}/{name}"
+        self._pods.pop(key, None)  # re-insert: dict order is rejection order
+        self._pods[key] = RejectedPod(namespace, name, str(meta.get("uid") or ""), self._clock())
+        while len(self._pods) > self.max_pods:
+            del self._pods[next(iter(self._pods))]
+
+    def forget(self, namespace: str, name: str) -> None:
+        self._pods.pop(f"{namespace}/{name}", None)
+
+    def take(self) -> list[RejectedPod]:
+        """Every unexpired entry, oldest first; the registry is left empty (a pod rejected again
+        is recorded again)."""
+        cutoff = self._clock() - self.ttl_seconds
+        pods = [p for p in self._pods.values() if p.at > cutoff]
+        self._pods.clear()
+        return pods
+
+
+class TokenBucket:
+    """``await acquire()`` returns when a token is available (refilled at ``rate`` per second)."""
+
+    def __init__(
+        self, rate: float, burst: int, *, clock: Callable[[], float] = time.monotonic, sleep: Sleep = asyncio.sleep
+    ) -> None:
+        if rate <= 0 or burst < 1:
+            raise ValueError("rate must be positive and burst at least 1")
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._sleep = sleep
+        self._tokens = float(burst)
+        self._updated = clock()
+
+    def _refill(self) -> None:
+        now = self._clock()
+        self._tokens = min(float(self.burst), self._tokens + (now - self._updated) * self.rate)
+        self._updated = now
+
+    async def acquire(self) -> None:
+        self._refill()
+        while self._tokens < 1.0:
+            await self._sleep((1.0 - self._tokens) / self.rate)
+            self._refill()
+        self._tokens -= 1.0
+
+
+class Requeuer:
+    """Patches rejected pods after ``nudge``; ``run()`` is the worker task."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        registry: RejectedPods,
+        settings: RequeueSettings = RequeueSettings(),
+        *,
+        still_pending: Callable[[RejectedPod], bool] = lambda _pod: True,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Sleep = asyncio.sleep,
+        now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
+    ) -> None:
+        self.client = client
+        self.registry = registry
+        self.settings = settings
+        self._still_pending = still_pending
+        self._sleep = sleep
+        self._now = now
+        self._bucket = TokenBucket(settings.rate_per_second, settings.burst, clock=clock, sleep=sleep)
+        self._wake = asyncio.Event()
+        self._reasons: list[str] = []
+        #: Pods patched so far (for metrics and tests).
+        self.patched = 0
+
+    def nudge(self, reason: str) -> None:
+        """Devices freed up (``reason`` says how); cheap, called from the store feeder."""
+        if len(self._reasons) < 16:
+            self._reasons.append(reason)
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            await self._sleep(self.settings.settle_seconds)
+            self._wake.clear()
+            reasons, self._reasons = self._reasons, []
+            await self.requeue_once(reasons)
+
+    async def requeue_once(self, reasons: list[str] | None = None) -> int:
+        """Patch every pending rejected pod now (at the bucket's pace); returns how many."""
+        pods = [p for p in self.registry.take() if self._still_pending(p)]
+        if not pods:
+            return 0
+        stamp = self._now().strftime("%Y-%m-%dT%H:%M:%SZ")
+        done = 0
+        for pod in pods:
+            await self._bucket.acquire()
+            if await self._patch(pod, stamp):
+                done += 1
+        self.patched += done
+        log.info("requeue.nudged", pods=done, rejected=len(pods), reasons=sorted(set(reasons or ())))
+        return done
+
+    async def _patch(self, pod: RejectedPod, stamp: str) -> bool:
+        meta: dict[str, Any] = {"annotations": {self.settings.annotation: stamp}}
+        if pod.uid:
+            meta["uid"] = pod.uid  # a re-created pod of the same name fails the patch instead
+        try:
+            await self.client.request(
+                "PATCH",
+                f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}",
+                body={"metadata": meta},
+                content_type=MERGE_PATCH,
+                verb="patch",
+                resource="pods",
+            )
+        except ExtenderError as exc:
+            log.info("requeue.patch_failed", pod=f"{pod.namespace}/{pod.name}", reason=exc.reason)
+            return False
+        return True

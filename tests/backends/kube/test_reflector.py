@@ -1,0 +1,228 @@
+"""The reflector against a scripted list/watch endpoint (``scripted.py``): empty list syncs,
+paging, re-list after 410 keeps the cache exact, a dropped stream resumes from the last event's
+resourceVersion (not the list's), BOOKMARK advances it, unknown event types are skipped with a
+log, a LIST 500 backs off (exact sequence, recorded sleep) and recovers, a 2 MB event line
+parses, a watch ERROR other than 410 re-watches after backoff, 403 is fatal, and cancellation
+leaves no task behind. The strict fake API server is used by ``test_backend.py``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp.test_utils import TestServer
+from structlog.testing import capture_logs
+
+from extender.backends.kube.client import KubeClient
+from extender.backends.kube.config import ClusterConfig
+from extender.backends.kube.errors import AccessDenied
+from extender.backends.kube.feeder import StoreFeeder
+from extender.backends.kube.reflector import Reflector, Resource, WatchSettings
+from extender.state.store import ObjectStore
+
+from .scripted import Close, Fail, Hang, Raw, ScriptedApi, status
+
+SETTINGS = WatchSettings(backoff_initial=0.5, backoff_factor=2, backoff_max=4, jitter=0, inactivity_timeout=5)
+CLASSES = Resource("DeviceClass", "resource.k8s.io/v1", "deviceclasses")
+
+ServerFactory = Callable[..., Awaitable[TestServer]]
+
+
+def device_class(name: str, rv: int, **annotations: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "resourceVersion": str(rv)}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": meta, "spec": {}}
+
+
+def event(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    return {"type": kind, "object": obj}
+
+
+def bookmark(rv: int) -> dict[str, Any]:
+    return {"type": "BOOKMARK", "object": {"kind": "DeviceClass", "metadata": {"resourceVersion": str(rv)}}}
+
+
+class Harness:
+    def __init__(self, api: ScriptedApi, server: TestServer) -> None:
+        self.api = api
+        self.store = ObjectStore()
+        self.sleeps: list[float] = []
+        self.client = KubeClient(ClusterConfig(host=str(server.make_url("")).rstrip("/")))
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+
+    def reflector(self, max_cycles: int) -> Reflector:
+        return Reflector(
+            self.client, CLASSES, StoreFeeder(self.store), settings=SETTINGS, sleep=self.sleep, max_cycles=max_cycles
+        )
+
+    def watch_versions(self) -> list[str]:
+        return [q.get("resourceVersion", "") for q in self.api.requests if q.get("watch")]
+
+    def kinds(self) -> list[str]:
+        return ["watch" if q.get("watch") else "list" for q in self.api.requests]
+
+
+@pytest.fixture
+async def harness(aiohttp_server: ServerFactory) -> Any:
+    api = ScriptedApi()
+    server = await aiohttp_server(api.app())
+    h = Harness(api, server)
+    yield h
+    await h.client.close()
+
+
+async def test_empty_list_syncs_and_watches_from_the_list_rv(harness: Harness) -> None:
+    harness.api.lists = [harness.api.page([], "10")]
+    harness.api.watches = [[bookmark(10)]]
+    reflector = harness.reflector(max_cycles=2)
+    await reflector.run()
+    assert reflector.synced and harness.store.classes == {}
+    watch = harness.api.requests[1]
+    assert watch["resourceVersion"] == "10" and watch["allowWatchBookmarks"] == "true"
+    assert harness.api.requests[0]["limit"] == str(SETTINGS.page_size)
+
+
+async def test_paged_list_follows_continue_tokens(harness: Harness) -> None:
+    api = harness.api
+    api.lists = [api.page([device_class("a", 3)], "7", cont="tok"), api.page([device_class("b", 5)], "7")]
+    api.watches = [[bookmark(7)]]
+    await harness.reflector(max_cycles=2).run()
+    assert sorted(harness.store.classes) == ["a", "b"]
+    assert "continue" not in api.requests[0] and api.requests[1]["continue"] == "tok"
+    assert harness.watch_versions() == ["7"]
+
+
+@pytest.mark.parametrize("as_http_status", [False, True])
+async def test_relist_after_410_keeps_the_cache_exact(harness: Harness, as_http_status: bool) -> None:
+    api = harness.api
+    api.lists = [
+        api.page([device_class("a", 3), device_class("b", 4)], "10"),
+        api.page([device_class("b", 4), device_class("d", 19)], "20"),
+    ]
+    gone: Any = Fail(410, "too old") if as_http_status else event("ERROR", status(410, "too old", "Expired"))
+    first: list[Any] = [gone] if as_http_status else [event("ADDED", device_class("c", 11)), gone]
+    api.watches = [first, [bookmark(21)]]
+    reflector = harness.reflector(max_cycles=4)
+    await reflector.run()
+    assert harness.kinds() == ["list", "watch", "list", "watch"]
+    # "a" deleted and "d" added while we were not watching; "c" came and went: exact again.
+    assert sorted(harness.store.classes) == ["b", "d"]
+    assert harness.watch_versions() == ["10", "20"]
+    assert harness.sleeps == []  # a 410 re-lists at once
+
+
+async def test_mid_stream_drop_resumes_from_the_last_event(harness: Harness) -> None:
+    api = harness.api
+    api.lists = [api.page([], "10")]
+    api.watches = [
+        [event("ADDED", device_class("a", 11)), event("MODIFIED", device_class("a", 12)), Close()],
+        [bookmark(12)],
+    ]
+    await harness.reflector(max_cycles=3).run()
+    assert harness.watch_versions() == ["10", "12"]
+    assert harness.sleeps == []  # the stream delivered events: reconnect at once
+    assert harness.store.classes["a"] is not None
+
+
+async def test_bookmark_advances_the_resource_version(harness: Harness) -> None:
+    api = harness.api
+    api.lists = [api.page([], "10")]
+    api.watches = [[bookmark(15)], [bookmark(16)]]
+    reflector = harness.reflector(max_cycles=3)
+    await reflector.run()
+    assert harness.watch_versions() == ["10", "15"]
+    assert reflector.resource_version == "16"
+    assert harness.store.classes == {}
+
+
+async def test_unknown_event_types_are_skipped_with_a_log(harness: Harness) -> None:
+    api = harness.api
+    api.lists = [api.page([], "10")]
+    api.watches = [[{"type": "SURPRISE", "object": device_class("x", 99)}, event("ADDED", device_class("a", 11))]]
+    with capture_logs() as logs:
+        reflector = harness.reflector(max_cycles=2)
+        await reflector.run()
+    assert sorted(harness.store.classes) == ["a"]
+    assert reflector.resource_version == "11"
+    assert any(e["event"] == "watch.unknown_event" and e["type"] == "SURPRISE" for e in logs)
+
+
+async def test_a_list_500_backs_off_and_recovers(harness: Harness) -> None:
+    api = harness.api
+    api.lists = [Fail(500), Fail(503), Fail(429), api.page([device_class("a", 3)], "10")]
+    api.watches = [[bookmark(10)]]
+    with capture_logs() as logs:
+        reflector = harness.reflector(max_cycles=5)
+        await reflector.run()
+    assert harness.sleeps == [0.5, 1.0, 2.0]
+    assert reflector.synced and sorted(harness.store.classes) == ["a"]
+    assert [e["event"] for e in logs].count("watch.list_failed") == 3
+
+
+async def test_a_watch_error_event_rewatches_after_backoff(harness: Harness) -> None:
+    api = harness.api
+    api.lists = [api.page([], "10")]
+    api.watches = [
+        [event("ADDED", device_class("a", 11)), event("ERROR", status(500, "boom"))],
+        [Fail(503)],
+        [bookmark(12)],
+    ]
+    await harness.reflector(max_cycles=4).run()
+    assert harness.kinds() == ["list", "watch", "watch", "watch"]
+    assert harness.watch_versions() == ["10", "11", "11"]
+    assert harness.sleeps == [0.5, 1.0]
+
+
+async def test_an_empty_watch_backs_off_before_reconnecting(harness: Harness) -> None:
+    api = harness.api
+    api.lists = [api.page([], "10")]
+    api.watches = [[], [], [bookmark(11)], []]
+    await harness.reflector(max_cycles=5).run()
+    assert harness.sleeps == [0.5, 1.0, 0.5]  # reset after the bookmark
+
+
+async def test_a_two_megabyte_event_line_parses(harness: Harness) -> None:
+    api = harness.api
+    big = device_class("big", 11, blob="x" * (2 * 1024 * 1024))
+    api.lists = [api.page([], "10")]
+    line = orjson.dumps(event("ADDED", big)) + b"\n"
+    api.watches = [[Raw(line[: len(line) // 3]), Raw(line[len(line) // 3 :]), event("ADDED", device_class("b", 12))]]
+    await harness.reflector(max_cycles=2).run()
+    assert sorted(harness.store.classes) == ["b", "big"]
+
+
+async def test_forbidden_list_is_fatal_and_names_verb_and_resource(harness: Harness) -> None:
+    harness.api.lists = [Fail(403, 'deviceclasses.resource.k8s.io is forbidden: User "x" cannot list')]
+    with pytest.raises(AccessDenied) as info:
+        await harness.reflector(max_cycles=3).run()
+    assert info.value.verb == "list" and info.value.resource == "deviceclasses.resource.k8s.io"
+
+
+async def test_cancellation_leaves_no_tasks(harness: Harness) -> None:
+    api = harness.api
+    api.lists = [api.page([device_class("a", 3)], "10")]
+    api.watches = [[event("ADDED", device_class("b", 11)), Hang()]]
+    before = asyncio.all_tasks()
+    reflector = harness.reflector(max_cycles=None)  # type: ignore[arg-type]
+    task = asyncio.create_task(reflector.run(), name="watch deviceclasses")
+    for _ in range(200):
+        if "b" in harness.store.classes:
+            break
+        await asyncio.sleep(0.01)
+    assert "b" in harness.store.classes
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0)
+    assert _client_side(asyncio.all_tasks() - before) == set()
+
+
+def _client_side(tasks: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
+    """Tasks other than the test server's own request handlers (it still serves the hang)."""
+    return {t for t in tasks if not getattr(t.get_coro(), "__qualname__", "").startswith("RequestHandler.")}

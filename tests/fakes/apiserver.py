@@ -1,0 +1,692 @@
+"""A strict fake kube-apiserver for tests: a small aiohttp app speaking raw Kubernetes JSON.
+
+Start it on a free loopback port::
+
+    async with FakeApiServer.running(resource_versions=("v1beta1",)) as fake:
+        fake.url            # "http://127.0.0.1:PORT"
+
+or under pytest-aiohttp: ``server = await aiohttp_server(fake.app)`` then ``fake.url =
+str(server.make_url(""))`` (``await fake.serve_with(aiohttp_server)`` does both).
+
+What it emulates (each piece documented where it lives):
+
+- discovery (``/api``, ``/apis``, ``/apis/<group>[/<version>]``, ``/api/v1``, ``/version``) with
+  configurable served resource.k8s.io versions (``resources.py``);
+- collections of resource.k8s.io (deviceclasses, resourceclaims, resourceclaimtemplates,
+  resourceslices), core v1 (pods with ``status`` and ``binding``, nodes, namespaces, events),
+  events.k8s.io/v1 events, coordination.k8s.io/v1 leases, and SelfSubjectAccessReview;
+- resourceVersions from one global counter, LIST paging with consistent ``continue`` tokens,
+  WATCH replay, bookmarks and 410 after compaction (``storage.py``, ``registry.py``,
+  ``watches.py``);
+- write semantics: 409 on stale updates, status subresource, finalizers, binding, claim status
+  validation (``registry.py``, ``validation.py``), PATCH (``patches.py``);
+- bearer-token auth (401), RBAC-like denials (403 naming verb and resource);
+- scripted faults (``faults.py``): fail N requests, delay, hang, drop watches; ``restart()``.
+
+Every request is recorded in ``fake.requests`` (method, path, query, body, status).
+Deliberate simplifications: no defaulting, no managedFields, no server-side apply, no
+deleteCollection, no graceful pod deletion (pods go at once unless they have finalizers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from . import status as st
+from .faults import FaultRule, Faults
+from .registry import ListOptions, Registry, now_timestamp, resource_for_kind, watch_event
+from .resources import (
+    ALL_RESOURCE_VERSIONS,
+    ResourceType,
+    api_group,
+    api_group_list,
+    api_resource_list,
+    api_versions,
+    find_resource,
+    is_served,
+    version_info,
+)
+from .selectors import parse_field_selector, parse_label_selector
+from .storage import Change, Storage
+from .watches import WatchStream
+
+__all__ = ["FakeApiServer", "RequestRecord", "Target"]
+
+#: Set by a ``drop_watch`` rule: object events the stream may carry before it is cut.
+DROP_AFTER = web.RequestKey("drop_after", int)
+DEFAULT_USER = "system:serviceaccount:kube-system:dra-extender"
+_HEALTH = ("/healthz", "/livez", "/readyz")
+_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+_FALSE = ("0", "f", "F", "FALSE", "false", "False")
+
+
+@dataclass
+class RequestRecord:
+    """One request as the fake received it; ``status`` is the HTTP status answered (for a watch,
+    200 once the stream started)."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any = None
+    status: int | None = None
+
+    @property
+    def is_watch(self) -> bool:
+        return self.query.get("watch") in _TRUE
+
+
+@dataclass(frozen=True)
+class Target:
+    """A resource URL taken apart."""
+
+    rt: ResourceType
+    version: str
+    namespace: str
+    name: str
+    subresource: str
+
+
+@dataclass
+class _Denial:
+    verb: str
+    resource: str
+    namespace: str | None
+
+
+@dataclass(eq=False)
+class FakeApiServer:
+    """The fake apiserver and its test controls; see the module docstring.
+
+    ``resource_versions``: the resource.k8s.io versions served (discovery and URLs).
+    ``token``: when set, every request but health checks needs ``Authorization: Bearer <token>``.
+    ``bookmark_interval``: seconds between BOOKMARK events on watches that allow them (None: only
+    when ``send_bookmarks()`` is called). ``watch_timeout``: server-side cap on a watch (like
+    ``--min-request-timeout``). ``retain_changes``: compact the change log beyond this many entries.
+    ``unconditional_updates``: accept updates without metadata.resourceVersion (strict: 422).
+    """
+
+    resource_versions: Sequence[str] = ("v1", "v1beta2", "v1beta1")
+    token: str | None = None
+    user: str = DEFAULT_USER
+    bookmark_interval: float | None = 60.0
+    watch_timeout: float | None = None
+    retain_changes: int | None = None
+    first_resource_version: int = 1000
+    namespaces: Sequence[str] = ("default", "kube-system", "kube-public", "kube-node-lease")
+    unconditional_updates: bool = False
+    minor_version: int = 34
+    clock: Callable[[], str] = now_timestamp
+    rng: random.Random = field(default_factory=random.Random)
+    url: str = ""
+
+    def __post_init__(self) -> None:
+        unknown = set(self.resource_versions) - set(ALL_RESOURCE_VERSIONS)
+        if unknown:
+            raise ValueError(f"unknown resource.k8s.io versions: {sorted(unknown)}")
+        self.storage = Storage(first_resource_version=self.first_resource_version, retain_changes=self.retain_changes)
+        self.registry = Registry(
+            self.storage, clock=self.clock, rng=self.rng, unconditional_updates=self.unconditional_updates
+        )
+        self.faults = Faults()
+        #: Every request received, oldest first.
+        self.requests: list[RequestRecord] = []
+        self._denials: list[_Denial] = []
+        self._watches: set[WatchStream] = set()
+        self._release = asyncio.Event()
+        for namespace in self.namespaces:
+            self.put_object(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Namespace",
+                    "metadata": {"name": namespace},
+                    "status": {"phase": "Active"},
+                }
+            )
+        self.app = web.Application()
+        self.app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        self.app.on_shutdown.append(self._on_shutdown)
+
+    # === starting ===============================================================================
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(cls, **options: Any) -> AsyncIterator[FakeApiServer]:
+        """Serve on a free loopback port for the duration of the block."""
+        fake = cls(**options)
+        runner = web.AppRunner(fake.app, shutdown_timeout=1.0)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = runner.addresses[0][:2]
+        fake.url = f"http://{host}:{port}"
+        try:
+            yield fake
+        finally:
+            fake.close_everything()
+            await runner.cleanup()
+
+    async def serve_with(self, aiohttp_server: Callable[..., Awaitable[Any]]) -> Any:
+        """Start under pytest-aiohttp's ``aiohttp_server`` fixture; sets ``url``."""
+        server = await aiohttp_server(self.app)
+        self.url = str(server.make_url("")).rstrip("/")
+        return server
+
+    # === direct access for tests (no HTTP, no admission) =======================================
+
+    def put_object(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Create or replace an object whole (status included); watchers see ADDED/MODIFIED."""
+        return _copy(self.registry.put(raw))
+
+    def get_object(
+        self, kind: str, namespace: str | None, name: str, *, group: str | None = None
+    ) -> dict[str, Any] | None:
+        """A copy of the stored object (as written, in its stored apiVersion) or None."""
+        rt = resource_for_kind(kind, group)
+        obj = self.storage.get((rt.group, rt.plural), (namespace or "" if rt.namespaced else "", name))
+        return None if obj is None else _copy(obj)
+
+    def delete_object(
+        self, kind: str, namespace: str | None, name: str, *, force: bool = False, group: str | None = None
+    ) -> dict[str, Any]:
+        """Delete like the API (finalizers only mark it) or, with ``force``, remove it at once.
+        Returns the object's last state. KeyError when absent."""
+        rt = resource_for_kind(kind, group)
+        try:
+            return _copy(self.registry.remove(rt, namespace or "" if rt.namespaced else "", name, force=force))
+        except st.ApiError as error:
+            raise KeyError(error.body["message"]) from error
+
+    def objects(self, kind: str, namespace: str | None = None, *, group: str | None = None) -> list[dict[str, Any]]:
+        """Copies of every stored object of a kind (optionally one namespace), in LIST order."""
+        rt = resource_for_kind(kind, group)
+        current = self.storage.current((rt.group, rt.plural))
+        return [_copy(current[key]) for key in sorted(current) if namespace is None or key[0] == namespace]
+
+    @property
+    def resource_version(self) -> int:
+        """The global resourceVersion of the latest write."""
+        return self.storage.rv
+
+    # === watch control ==========================================================================
+
+    def compact(self, resource_version: int | None = None) -> None:
+        """Forget history up to ``resource_version`` (default: now): older watch resumes get a
+        410 ERROR event, older continue tokens and Exact lists a 410."""
+        self.storage.compact(resource_version)
+
+    def restart(self) -> None:
+        """An apiserver restart: every open watch is cut, hanging requests are dropped, and the
+        watch cache starts afresh at the current resourceVersion (history compacted)."""
+        self.drop_watches()
+        self.release_hangs()
+        self.storage.compact()
+
+    def drop_watches(self, resource: str | None = None, *, abrupt: bool = True) -> int:
+        """End open watches (of one resource, plural or ``plural.group``): ``abrupt`` cuts the
+        connection, otherwise the chunked body ends cleanly (as on timeoutSeconds). Returns how many."""
+        matching = [w for w in self._watches if w.matches(resource)]
+        for watch in matching:
+            watch.queue.put_nowait(("drop",) if abrupt else ("close",))
+        return len(matching)
+
+    def send_bookmarks(self, resource: str | None = None) -> None:
+        """A BOOKMARK now on every open watch that allowed them."""
+        for watch in self._watches:
+            if watch.matches(resource):
+                watch.queue.put_nowait(("bookmark", None, self.storage.rv))
+
+    def watch_count(self, resource: str | None = None) -> int:
+        """Open watch streams (of one resource)."""
+        return sum(1 for w in self._watches if w.matches(resource))
+
+    async def wait_for_watches(self, count: int = 1, resource: str | None = None, *, timeout: float = 5.0) -> None:
+        """Wait until at least ``count`` watches (of one resource) are open."""
+        async with asyncio.timeout(timeout):
+            while self.watch_count(resource) < count:
+                await asyncio.sleep(0.005)
+
+    # === faults =================================================================================
+
+    def fail(
+        self,
+        method: str | None = None,
+        path: str = "",
+        *,
+        status: int = 500,
+        times: int | None = 1,
+        retry_after: int | None = None,
+        message: str = "injected fault",
+        body: dict[str, Any] | None = None,
+        watch: bool | None = None,
+    ) -> FaultRule:
+        """Answer the next ``times`` matching requests with ``status`` and a real-looking Status
+        (409 names the object as a stale-update Conflict; 429 carries Retry-After)."""
+        return self.faults.add(FaultRule("fail", method, path, watch, times, status, message, retry_after, body))
+
+    def conflicts(self, path: str, *, times: int = 1, method: str = "PUT") -> FaultRule:
+        """A conflict storm: the next ``times`` matching writes get 409 Conflict."""
+        return self.fail(method, path, status=409, times=times)
+
+    def delay(
+        self, method: str | None = None, path: str = "", seconds: float = 0.1, *, times: int | None = None
+    ) -> FaultRule:
+        """Wait ``seconds`` before handling matching requests."""
+        return self.faults.add(FaultRule("delay", method, path, times=times, seconds=seconds))
+
+    def hang(self, method: str | None = None, path: str = "", *, times: int | None = 1) -> FaultRule:
+        """Never answer matching requests; the connection is closed by ``release_hangs()``,
+        ``restart()`` or shutdown."""
+        return self.faults.add(FaultRule("hang", method, path, times=times))
+
+    def drop_watch(self, path: str = "", *, after_events: int = 0, times: int | None = 1) -> FaultRule:
+        """Cut the next matching watch stream(s) after ``after_events`` object events."""
+        return self.faults.add(FaultRule("drop", "GET", path, watch=True, times=times, after_events=after_events))
+
+    def clear_faults(self) -> None:
+        self.faults.clear()
+
+    def release_hangs(self) -> None:
+        """Close the connections of every hanging request."""
+        self._release.set()
+        self._release = asyncio.Event()
+
+    # === auth ===================================================================================
+
+    def deny(self, verb: str, resource: str, *, namespace: str | None = None) -> None:
+        """RBAC: refuse ``verb`` ("*" for all) on ``resource`` (plural, ``plural/subresource``,
+        optionally ``.group``-qualified) with 403 Forbidden (in one namespace, or everywhere)."""
+        self._denials.append(_Denial(verb, resource, namespace))
+
+    def allow_all(self) -> None:
+        self._denials.clear()
+
+    def is_allowed(
+        self, verb: str, target: Target | None, *, resource: str = "", group: str = "", namespace: str = ""
+    ) -> bool:
+        if target is not None:
+            resource = target.rt.plural + (f"/{target.subresource}" if target.subresource else "")
+            group, namespace = target.rt.group, target.namespace
+        qualified = (
+            f"{resource.split('/')[0]}.{group}" + (f"/{resource.split('/')[1]}" if "/" in resource else "")
+            if group
+            else resource
+        )
+        for denial in self._denials:
+            if denial.verb not in ("*", verb) or denial.resource not in (resource, qualified):
+                continue
+            if denial.namespace is None or denial.namespace == namespace:
+                return False
+        return True
+
+    # === request log ============================================================================
+
+    def requests_to(self, method: str | None = None, path: str | None = None) -> list[RequestRecord]:
+        """Recorded requests with this method and a path containing ``path`` (a regex search)."""
+        pattern = re.compile(path) if path else None
+        return [
+            r
+            for r in self.requests
+            if (method is None or r.method == method.upper()) and (pattern is None or pattern.search(r.path))
+        ]
+
+    def clear_requests(self) -> None:
+        self.requests.clear()
+
+    # === HTTP ===================================================================================
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        record = RequestRecord(request.method, request.path, dict(request.query))
+        if raw:
+            try:
+                record.body = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                record.body = raw.decode(errors="replace")
+        self.requests.append(record)
+        try:
+            response = await self._handle(request, record, raw)
+        except st.ApiError as error:
+            response = web.Response(
+                status=error.code, body=orjson.dumps(error.body), content_type="application/json", headers=error.headers
+            )
+        if record.status is None:
+            record.status = response.status
+        return response
+
+    async def _handle(self, request: web.Request, record: RequestRecord, raw: bytes) -> web.StreamResponse:
+        path = request.path
+        if path in _HEALTH:
+            return web.Response(text="ok")
+        if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
+            raise st.unauthorized()
+        target = self._parse_target(path)
+        await self._apply_faults(request, record, target)
+        discovery = self._discovery(path)
+        if discovery is not None:
+            return _json(discovery)
+        if target is None:
+            raise st.path_not_found()
+        if isinstance(record.body, str):
+            raise st.bad_request(f"couldn't get version/kind; json parse error: {record.body[:80]!r} is not JSON")
+        return await self._resource(request, record, target)
+
+    async def _apply_faults(self, request: web.Request, record: RequestRecord, target: Target | None) -> None:
+        delays, rule = self.faults.select(request.method, request.path, record.is_watch)
+        for delay in delays:
+            await asyncio.sleep(delay.seconds)
+        if rule is None:
+            return
+        if rule.action == "hang":
+            await self._release.wait()
+            if request.transport is not None:
+                request.transport.close()
+            raise st.internal_error("hang released")  # never reaches the closed connection
+        if rule.action == "drop":
+            request[DROP_AFTER] = rule.after_events
+            return
+        if rule.body is not None:
+            raise st.ApiError({**rule.body, "code": rule.status})
+        raise _fault_error(rule, target)
+
+    def _discovery(self, path: str) -> dict[str, Any] | None:
+        parts = [p for p in path.split("/") if p]
+        if parts == ["version"]:
+            return version_info(self.minor_version)
+        if parts == ["api"]:
+            return api_versions()
+        if parts == ["api", "v1"]:
+            return api_resource_list("", "v1")
+        if parts == ["apis"]:
+            return api_group_list(self.resource_versions)
+        if len(parts) == 2 and parts[0] == "apis":
+            group = api_group(parts[1], self.resource_versions)
+            if group is None:
+                raise st.path_not_found()
+            return group
+        if len(parts) == 3 and parts[0] == "apis":
+            if not is_served(parts[1], parts[2], self.resource_versions):
+                raise st.path_not_found()
+            return api_resource_list(parts[1], parts[2])
+        return None
+
+    def _parse_target(self, path: str) -> Target | None:
+        """Split ``/api/v1/...`` or ``/apis/G/V/...`` into resource, namespace, name and
+        subresource; None for non-resource paths; 404 for resource paths nothing serves."""
+        parts = [p for p in path.split("/") if p]
+        if parts[:2] == ["api", "v1"]:
+            group, version, rest = "", "v1", parts[2:]
+        elif len(parts) >= 3 and parts[0] == "apis":
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            return None
+        if not rest:
+            return None
+        if not is_served(group, version, self.resource_versions):
+            raise st.path_not_found()
+        namespace = ""
+        if rest[0] == "namespaces" and len(rest) >= 3:
+            inner = find_resource(group, rest[2])
+            if inner is not None and inner.namespaced:
+                namespace, rest = rest[1], rest[2:]
+        rt = find_resource(group, rest[0])
+        if rt is None or version not in rt.versions or len(rest) > 3:
+            raise st.path_not_found()
+        name = rest[1] if len(rest) > 1 else ""
+        sub = rest[2] if len(rest) > 2 else ""
+        if sub and sub not in rt.all_subresources:
+            raise st.path_not_found()
+        if rt.namespaced and name and not namespace:
+            raise st.path_not_found()
+        return Target(rt, version, namespace, name, sub)
+
+    async def _resource(self, request: web.Request, record: RequestRecord, target: Target) -> web.StreamResponse:
+        method, rt, body = request.method, target.rt, record.body
+        verb = _verb(method, target, record.is_watch)
+        if not self.is_allowed(verb, target):
+            raise st.forbidden(
+                user=self.user,
+                verb=verb,
+                resource=rt.plural,
+                subresource=target.subresource,
+                group=rt.group,
+                namespace=target.namespace,
+                name=target.name or None,
+            )
+        if record.query.get("dryRun"):
+            raise st.bad_request("dryRun is not emulated by the fake apiserver")
+        if rt.kind == "SelfSubjectAccessReview":
+            return _json(self._access_review(body), status=201)
+        registry, ns, name = self.registry, target.namespace, target.name
+        if verb == "watch":
+            return await self._watch(request, record, target)
+        if verb == "list":
+            return _json(registry.list_collection(rt, target.version, ns, _list_options(record.query, rt)))
+        if verb == "get":
+            return _json(registry.get(rt, target.version, ns, name))
+        if verb == "create" and target.subresource == "binding":
+            return _json(registry.bind(ns, name, body), status=201)
+        if verb == "create":
+            return _json(registry.serve(rt, target.version, registry.create(rt, target.version, ns, body)), status=201)
+        if verb == "update":
+            stored = registry.update(rt, target.version, ns, name, body, subresource=target.subresource)
+            return _json(registry.serve(rt, target.version, stored))
+        if verb == "patch":
+            content_type = request.headers.get("Content-Type", "")
+            stored = registry.patch(rt, target.version, ns, name, content_type, body, subresource=target.subresource)
+            return _json(registry.serve(rt, target.version, stored))
+        if verb == "delete":
+            return _json(registry.serve(rt, target.version, registry.delete(rt, ns, name, body)))
+        raise st.method_not_allowed(verb, rt.plural)
+
+    def _access_review(self, body: Any) -> dict[str, Any]:
+        """SelfSubjectAccessReview: allowed unless a ``deny`` rule matches."""
+        attributes = ((body or {}).get("spec") or {}).get("resourceAttributes") or {}
+        resource = str(attributes.get("resource") or "")
+        if attributes.get("subresource"):
+            resource += f"/{attributes['subresource']}"
+        allowed = self.is_allowed(
+            str(attributes.get("verb") or ""),
+            None,
+            resource=resource,
+            group=str(attributes.get("group") or ""),
+            namespace=str(attributes.get("namespace") or ""),
+        )
+        review = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "metadata": {"creationTimestamp": None},
+        }
+        review["spec"] = (body or {}).get("spec") or {}
+        review["status"] = (
+            {"allowed": allowed} if allowed else {"allowed": False, "reason": "denied by the fake's RBAC rules"}
+        )
+        return review
+
+    async def _watch(self, request: web.Request, record: RequestRecord, target: Target) -> web.StreamResponse:
+        """WATCH: see ``Registry.watch_start`` for where it starts and ``WatchStream`` for how it
+        runs. A too-old resourceVersion is HTTP 200 with one ERROR 410 event, then the end."""
+        rt, query = target.rt, record.query
+        options = _list_options(query, rt)
+        bookmarks = _bool(query, "allowWatchBookmarks")
+        initial_events = _bool(query, "sendInitialEvents")
+        timeout = _int(query, "timeoutSeconds")
+        stream = WatchStream(
+            request,
+            rt,
+            target.version,
+            target.namespace,
+            bookmarks,
+            serve=lambda obj: self.registry.serve(rt, target.version, obj),
+            current_rv=lambda: self.storage.rv,
+            drop_after=request.get(DROP_AFTER),
+        )
+        expired: st.ApiError | None = None
+        initial: list[tuple[str, dict[str, Any]]] = []
+        start_rv = self.storage.rv
+        try:
+            initial, start_rv = self.registry.watch_start(
+                rt, target.namespace, options, send_initial_events=initial_events, bookmarks=bookmarks
+            )
+        except st.ApiError as error:
+            if error.code != 410:
+                raise
+            expired = error
+        listener = self._listener(stream, options)
+        if expired is None:  # subscribed in the same step as the replay: nothing missed or doubled
+            self.storage.subscribe(listener)
+        try:
+            await stream.start()
+            record.status = 200
+            if expired is not None:
+                await stream.write_error(expired)
+                await stream.response.write_eof()  # type: ignore[union-attr]
+                return stream.response  # type: ignore[return-value]
+            self._watches.add(stream)
+            for event_type, obj in initial:
+                if not await stream.send_object(event_type, obj):
+                    return stream.response  # type: ignore[return-value]
+            if initial_events:
+                await stream.bookmark(start_rv, {"k8s.io/initial-events-end": "true"})
+            loop = asyncio.get_running_loop()
+            limits = [t for t in (timeout, self.watch_timeout) if t]
+            deadline = loop.time() + min(limits) if limits else None
+            await stream.run(deadline=deadline, bookmark_interval=self.bookmark_interval)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self.storage.unsubscribe(listener)
+            self._watches.discard(stream)
+        return stream.response  # type: ignore[return-value]
+
+    @staticmethod
+    def _listener(stream: WatchStream, options: ListOptions) -> Callable[[Change], None]:
+        collection = (stream.rt.group, stream.rt.plural)
+
+        def on_change(change: Change) -> None:
+            if change.collection != collection or (stream.namespace and change.key[0] != stream.namespace):
+                return
+            event = watch_event(change, options.selector)
+            if event is not None:
+                stream.queue.put_nowait(("event", event[0], event[1]))
+
+        return on_change
+
+    def close_everything(self) -> None:
+        """End watches and hangs so a shutdown does not wait for them."""
+        self.drop_watches()
+        self._release.set()
+
+    async def _on_shutdown(self, _app: web.Application) -> None:
+        self.close_everything()
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _copy(obj: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = orjson.loads(orjson.dumps(obj))
+    return result
+
+
+def _json(body: dict[str, Any], *, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+def _verb(method: str, target: Target, is_watch: bool) -> str:
+    """The RBAC verb of a request (``get``/``list``/``watch``/``create``/...)."""
+    if method == "GET":
+        if target.name:
+            if is_watch:
+                raise st.bad_request(
+                    "watch of a single object by name is not emulated; use fieldSelector=metadata.name=NAME"
+                )
+            return "get"
+        return "watch" if is_watch else "list"
+    if target.name and target.subresource == "binding":
+        if method != "POST":
+            raise st.method_not_allowed(method, "pods/binding")
+        return "create"
+    if (method == "POST" and not target.name and target.namespace) or (
+        method == "POST" and not target.rt.namespaced and not target.name
+    ):
+        return "create"
+    verbs = {"PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+    if target.name and method in verbs:
+        return verbs[method]
+    if method == "DELETE":
+        raise st.method_not_allowed("deletecollection (not emulated)", target.rt.plural)
+    raise st.method_not_allowed(method, target.rt.plural)
+
+
+def _bool(query: dict[str, str], name: str) -> bool:
+    value = query.get(name)
+    if value is None or value == "":
+        return False
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise st.bad_request(f'invalid value for {name}: "{value}": strconv.ParseBool: parsing "{value}": invalid syntax')
+
+
+def _int(query: dict[str, str], name: str) -> int:
+    value = query.get(name)
+    if not value:
+        return 0
+    try:
+        return int(value)
+    except ValueError:
+        raise st.bad_request(f'invalid value for {name}: "{value}": strconv.ParseInt: invalid syntax') from None
+
+
+def _list_options(query: dict[str, str], rt: ResourceType) -> ListOptions:
+    label = parse_label_selector(query.get("labelSelector"))
+    field_selector = parse_field_selector(query.get("fieldSelector"), rt)
+    selector = (
+        label
+        if not query.get("fieldSelector")
+        else (field_selector if not query.get("labelSelector") else (lambda obj: label(obj) and field_selector(obj)))
+    )
+    return ListOptions(
+        resource_version=query.get("resourceVersion", ""),
+        resource_version_match=query.get("resourceVersionMatch", ""),
+        limit=max(0, _int(query, "limit")),
+        continue_token=query.get("continue", ""),
+        selector=selector,
+        label_selector=query.get("labelSelector", ""),
+        field_selector=query.get("fieldSelector", ""),
+    )
+
+
+def _fault_error(rule: FaultRule, target: Target | None) -> st.ApiError:
+    """The Status a real server would send with this code."""
+    code = rule.status
+    if code == 409:
+        if target is not None and target.name:
+            return st.conflict(target.rt.plural, target.rt.group, target.name, st.MODIFIED)
+        return st.ApiError(st.status_body(409, "Conflict", f"Operation cannot be fulfilled: {st.MODIFIED}"))
+    if code == 429:
+        return st.too_many_requests(rule.retry_after or 1)
+    if code == 500:
+        return st.internal_error(rule.message)
+    if code == 503:
+        body = st.status_body(503, "ServiceUnavailable", rule.message)
+        return st.ApiError(body, headers={"Retry-After": str(rule.retry_after)} if rule.retry_after else None)
+    if code == 504:
+        return st.timeout(rule.message)
+    if code == 410:
+        return st.expired(rule.message)
+    if code == 404 and target is not None and target.name:
+        return st.not_found(target.rt.plural, target.rt.group, target.name)
+    reasons = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 422: "Invalid"}
+    return st.ApiError(st.status_body(code, reasons.get(code, "Unknown"), rule.message))

@@ -1,0 +1,196 @@
+"""``metav1.Status`` bodies exactly as kube-apiserver writes them, and ``ApiError`` that carries one.
+
+Every failure the fake answers is one of these bodies with the matching HTTP code, so a client
+under test meets the same JSON it would meet on a real cluster (``reason``, ``code``, ``details``
+with ``name``/``group``/``kind``, and ``causes`` for 422 Invalid).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ApiError",
+    "FieldError",
+    "already_exists",
+    "bad_request",
+    "conflict",
+    "expired",
+    "forbidden",
+    "internal_error",
+    "invalid",
+    "method_not_allowed",
+    "not_found",
+    "path_not_found",
+    "status_body",
+    "success",
+    "timeout",
+    "too_many_requests",
+    "unauthorized",
+    "unsupported_media_type",
+]
+
+
+def status_body(code: int, reason: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A Failure ``Status`` as apimachinery's ``StatusError`` serializes it."""
+    body: dict[str, Any] = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+    }
+    if details is not None:
+        body["details"] = details
+    body["code"] = code
+    return body
+
+
+def success(code: int = 201) -> dict[str, Any]:
+    """The Success Status some verbs answer (``pods/binding`` create answers this with 201)."""
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+
+
+class ApiError(Exception):
+    """An HTTP error answer: ``code`` and a Status ``body``; ``headers`` for e.g. Retry-After."""
+
+    def __init__(self, body: dict[str, Any], *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(body.get("message", ""))
+        self.code: int = int(body["code"])
+        self.body = body
+        self.headers = dict(headers or {})
+
+
+def _qualified(resource: str, group: str) -> str:
+    """``resourceclaims.resource.k8s.io`` or ``pods`` (core group), as messages name resources."""
+    return f"{resource}.{group}" if group else resource
+
+
+def _details(name: str | None, group: str, kind: str) -> dict[str, Any]:
+    details: dict[str, Any] = {}
+    if name is not None:
+        details["name"] = name
+    if group:
+        details["group"] = group
+    details["kind"] = kind
+    return details
+
+
+def not_found(resource: str, group: str, name: str) -> ApiError:
+    """404 for a named object (``errors.NewNotFound``)."""
+    message = f'{_qualified(resource, group)} "{name}" not found'
+    return ApiError(status_body(404, "NotFound", message, _details(name, group, resource)))
+
+
+def path_not_found() -> ApiError:
+    """404 for a path no API serves (the apiserver's NotFound handler)."""
+    return ApiError(status_body(404, "NotFound", "the server could not find the requested resource", {}))
+
+
+def already_exists(resource: str, group: str, name: str) -> ApiError:
+    """409 AlreadyExists on create."""
+    message = f'{_qualified(resource, group)} "{name}" already exists'
+    return ApiError(status_body(409, "AlreadyExists", message, _details(name, group, resource)))
+
+
+def conflict(resource: str, group: str, name: str, cause: str) -> ApiError:
+    """409 Conflict (``errors.NewConflict``): stale resourceVersion, failed precondition, ..."""
+    message = f'Operation cannot be fulfilled on {_qualified(resource, group)} "{name}": {cause}'
+    return ApiError(status_body(409, "Conflict", message, _details(name, group, resource)))
+
+
+#: The cause text of a stale-resourceVersion update (``registry.OptimisticLockErrorMsg``).
+MODIFIED = "the object has been modified; please apply your changes to the latest version and try again"
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One ``field.Error``: ``field`` path, ``type`` (e.g. ``FieldValueForbidden``) and its detail
+    text already prefixed the way ``field.Error.ErrorBody`` renders it (``Forbidden: ...``)."""
+
+    field: str
+    type: str
+    detail: str
+
+    def text(self) -> str:
+        return f"{self.field}: {self.detail}"
+
+
+def invalid(kind: str, group: str, name: str, errors: list[FieldError]) -> ApiError:
+    """422 Invalid (``errors.NewInvalid``): details carry the Kind (not the resource) and causes."""
+    qualified_kind = f"{kind}.{group}" if group else kind
+    # One error reads bare, several as Go prints an aggregate: [a, b].
+    summary = errors[0].text() if len(errors) == 1 else "[" + ", ".join(e.text() for e in errors) + "]"
+    message = f'{qualified_kind} "{name}" is invalid: {summary}'
+    causes = [{"reason": e.type, "message": e.detail, "field": e.field} for e in errors]
+    details = _details(name, group, kind)
+    details["causes"] = causes
+    return ApiError(status_body(422, "Invalid", message, details))
+
+
+def bad_request(message: str) -> ApiError:
+    """400 BadRequest (malformed selectors, names not matching the URL, undecodable bodies)."""
+    return ApiError(status_body(400, "BadRequest", message))
+
+
+def unsupported_media_type(content_type: str) -> ApiError:
+    """415 for a PATCH content type the fake does not accept."""
+    message = (
+        f"the body of the request was in an unknown format - accepted media types include: "
+        f"application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json "
+        f"(got {content_type!r}; apply-patch is not emulated by the fake)"
+    )
+    return ApiError(status_body(415, "UnsupportedMediaType", message))
+
+
+def method_not_allowed(verb: str, resource: str) -> ApiError:
+    return ApiError(
+        status_body(
+            405,
+            "MethodNotAllowed",
+            f"the server does not allow this method on the requested resource ({verb} {resource})",
+            {},
+        )
+    )
+
+
+def expired(message: str) -> ApiError:
+    """410 Gone with reason Expired (too old resourceVersion / continue token)."""
+    return ApiError(status_body(410, "Expired", message))
+
+
+def timeout(message: str, retry_after: int = 1) -> ApiError:
+    """504 Timeout, e.g. ``Too large resource version``."""
+    return ApiError(status_body(504, "Timeout", message, {"retryAfterSeconds": retry_after}))
+
+
+def unauthorized() -> ApiError:
+    """401 for a request without the configured bearer token."""
+    return ApiError(status_body(401, "Unauthorized", "Unauthorized"))
+
+
+def forbidden(
+    *, user: str, verb: str, resource: str, subresource: str, group: str, namespace: str, name: str | None
+) -> ApiError:
+    """403 Forbidden from the RBAC authorizer, naming user, verb, resource, group and scope."""
+    full = f"{resource}/{subresource}" if subresource else resource
+    subject = f'{_qualified(full, group)} "{name}"' if name else _qualified(full, group)
+    scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+    message = f'{subject} is forbidden: User "{user}" cannot {verb} resource "{full}" in API group "{group}" {scope}'
+    return ApiError(status_body(403, "Forbidden", message, _details(name, group, full)))
+
+
+def too_many_requests(retry_after: int) -> ApiError:
+    """429 from API priority and fairness, with the Retry-After header."""
+    body = status_body(
+        429, "TooManyRequests", "Too many requests, please try again later.", {"retryAfterSeconds": retry_after}
+    )
+    return ApiError(body, headers={"Retry-After": str(retry_after)})
+
+
+def internal_error(message: str) -> ApiError:
+    """500 InternalError (``errors.NewInternalError``)."""
+    body = status_body(500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]})
+    return ApiError(body)

@@ -1,0 +1,234 @@
+"""The apiserver's validation for the writes the fake accepts, as field errors (-> 422 Invalid).
+
+Covers what dra-extender can trip over: object names (RFC 1123 subdomains), label/annotation
+shapes, finalizers (none may be added once deletion started), immutable specs (claims, claim
+templates, pods), and the ResourceClaim status rules of ``validateResourceClaimStatusUpdate``:
+``reservedFor`` at most 256 entries, unique by uid, only with an allocation, no new consumers
+while the claim is being deleted, and an allocation that cannot change once set. Messages follow
+``field.Error`` (``<path>: <Type>: <detail>``). Comparisons are on raw JSON: the fake does not
+apply the apiserver's defaulting, so a client must echo what it read.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .status import FieldError
+
+__all__ = [
+    "MAX_RESERVED_FOR",
+    "check_claim_status",
+    "check_immutable_spec",
+    "check_metadata",
+    "check_name",
+    "check_no_new_finalizers",
+]
+
+#: resource.ResourceClaimReservedForMaxSize.
+MAX_RESERVED_FOR = 256
+#: resource.AllocationResultsMaxSize.
+MAX_ALLOCATION_RESULTS = 32
+
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SUBDOMAIN_HELP = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+
+
+def check_name(name: Any, path: str = "metadata.name") -> list[FieldError]:
+    if not isinstance(name, str) or not name:
+        return [FieldError(path, "FieldValueRequired", "Required value: name or generateName is required")]
+    if len(name) > 253:
+        return [FieldError(path, "FieldValueInvalid", f'Invalid value: "{name}": must be no more than 253 characters')]
+    if not _SUBDOMAIN.match(name):
+        return [FieldError(path, "FieldValueInvalid", f'Invalid value: "{name}": {_SUBDOMAIN_HELP}')]
+    return []
+
+
+def check_metadata(meta: dict[str, Any]) -> list[FieldError]:
+    """Shapes of user-settable metadata (labels, annotations, finalizers, ownerReferences)."""
+    errors: list[FieldError] = []
+    for field in ("labels", "annotations"):
+        value = meta.get(field)
+        if value is not None and (
+            not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items())
+        ):
+            errors.append(
+                FieldError(f"metadata.{field}", "FieldValueInvalid", "Invalid value: must map strings to strings")
+            )
+    finalizers = meta.get("finalizers")
+    if finalizers is not None:
+        if not isinstance(finalizers, list) or not all(isinstance(f, str) and f for f in finalizers):
+            errors.append(
+                FieldError(
+                    "metadata.finalizers", "FieldValueInvalid", "Invalid value: must be a list of non-empty strings"
+                )
+            )
+        elif len(set(finalizers)) != len(finalizers):
+            duplicate = next(f for f in finalizers if finalizers.count(f) > 1)
+            errors.append(FieldError("metadata.finalizers", "FieldValueDuplicate", f'Duplicate value: "{duplicate}"'))
+    owners = meta.get("ownerReferences")
+    if owners is not None and (not isinstance(owners, list) or not all(isinstance(o, dict) for o in owners)):
+        errors.append(
+            FieldError("metadata.ownerReferences", "FieldValueInvalid", "Invalid value: must be a list of objects")
+        )
+    return errors
+
+
+def check_no_new_finalizers(old_meta: dict[str, Any], new_meta: dict[str, Any]) -> list[FieldError]:
+    """``ValidateObjectMetaUpdate``: an object being deleted may lose finalizers, never gain one."""
+    if not old_meta.get("deletionTimestamp"):
+        return []
+    old = set(old_meta.get("finalizers") or ())
+    added = [f for f in new_meta.get("finalizers") or () if f not in old]
+    if not added:
+        return []
+    found = ", ".join(f'"{f}"' for f in added)
+    detail = (
+        "Forbidden: no new finalizers can be added if the object is being deleted, "
+        f"found new finalizers []string{{{found}}}"
+    )
+    return [FieldError("metadata.finalizers", "FieldValueForbidden", detail)]
+
+
+def check_immutable_spec(kind: str, old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
+    """Specs the apiserver refuses to change: ResourceClaim and ResourceClaimTemplate (whole spec
+    immutable) and Pod (only the few mutable pod fields, which the fake does not single out)."""
+    if old.get("spec") == new.get("spec"):
+        return []
+    if kind in ("ResourceClaim", "ResourceClaimTemplate"):
+        return [FieldError("spec", "FieldValueInvalid", 'Invalid value: "object": field is immutable')]
+    if kind == "Pod":
+        detail = (
+            "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,"
+            "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+            "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+            "(allow it to be set to 1 if it was previously negative)"
+        )
+        return [FieldError("spec", "FieldValueForbidden", detail)]
+    return []
+
+
+def _request_names(claim: dict[str, Any]) -> set[str]:
+    names: set[str] = set()
+    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or ():
+        if not isinstance(request, dict):
+            continue
+        name = request.get("name")
+        names.add(str(name))
+        for sub in request.get("firstAvailable") or ():
+            if isinstance(sub, dict):
+                names.add(f"{name}/{sub.get('name')}")
+    return names
+
+
+def _check_allocation(claim: dict[str, Any], allocation: Any) -> list[FieldError]:
+    path = "status.allocation"
+    if not isinstance(allocation, dict):
+        return [FieldError(path, "FieldValueInvalid", "Invalid value: must be an object")]
+    results = (allocation.get("devices") or {}).get("results") or []
+    if not isinstance(results, list):
+        return [FieldError(f"{path}.devices.results", "FieldValueInvalid", "Invalid value: must be a list")]
+    errors: list[FieldError] = []
+    if len(results) > MAX_ALLOCATION_RESULTS:
+        errors.append(
+            FieldError(
+                f"{path}.devices.results",
+                "FieldValueTooMany",
+                f"Too many: {len(results)}: must have at most {MAX_ALLOCATION_RESULTS} items",
+            )
+        )
+    known = _request_names(claim)
+    for index, result in enumerate(results):
+        rpath = f"{path}.devices.results[{index}]"
+        if not isinstance(result, dict):
+            errors.append(FieldError(rpath, "FieldValueInvalid", "Invalid value: must be an object"))
+            continue
+        for field in ("request", "driver", "pool", "device"):
+            if not isinstance(result.get(field), str) or not result.get(field):
+                errors.append(FieldError(f"{rpath}.{field}", "FieldValueRequired", "Required value"))
+        request = result.get("request")
+        if isinstance(request, str) and request and request not in known:
+            errors.append(
+                FieldError(
+                    f"{rpath}.request",
+                    "FieldValueInvalid",
+                    f'Invalid value: "{request}": must be the name of a request in the claim '
+                    "or the name of a request and a subrequest separated by '/'",
+                )
+            )
+    return errors
+
+
+def _consumer(entry: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (entry.get("apiGroup") or "", entry.get("resource") or "", entry.get("name") or "", entry.get("uid") or "")
+
+
+def _check_reserved_for(reserved: Any) -> list[FieldError]:
+    path = "status.reservedFor"
+    if not isinstance(reserved, list):
+        return [FieldError(path, "FieldValueInvalid", "Invalid value: must be a list")]
+    errors: list[FieldError] = []
+    if len(reserved) > MAX_RESERVED_FOR:
+        errors.append(
+            FieldError(
+                path, "FieldValueTooMany", f"Too many: {len(reserved)}: must have at most {MAX_RESERVED_FOR} items"
+            )
+        )
+    seen: set[str] = set()
+    for index, entry in enumerate(reserved):
+        epath = f"{path}[{index}]"
+        if not isinstance(entry, dict):
+            errors.append(FieldError(epath, "FieldValueInvalid", "Invalid value: must be an object"))
+            continue
+        for field in ("resource", "name", "uid"):
+            if not isinstance(entry.get(field), str) or not entry.get(field):
+                errors.append(FieldError(f"{epath}.{field}", "FieldValueRequired", "Required value"))
+        uid = entry.get("uid")
+        if isinstance(uid, str) and uid:
+            if uid in seen:
+                errors.append(FieldError(f"{epath}.uid", "FieldValueDuplicate", f'Duplicate value: "{uid}"'))
+            seen.add(uid)
+    return errors
+
+
+def check_claim_status(old: dict[str, Any], status: Any) -> list[FieldError]:
+    """``validateResourceClaimStatusUpdate`` for a status write replacing ``old``'s status."""
+    if not isinstance(status, dict):
+        return [FieldError("status", "FieldValueInvalid", "Invalid value: must be an object")]
+    reserved = status.get("reservedFor") or []
+    errors = _check_reserved_for(reserved)
+    if errors:
+        return errors
+    allocation = status.get("allocation")
+    old_status = old.get("status") or {}
+    old_allocation = old_status.get("allocation")
+    if allocation is not None:
+        errors.extend(_check_allocation(old, allocation))
+    if reserved and allocation is None:
+        errors.append(
+            FieldError(
+                "status.reservedFor",
+                "FieldValueForbidden",
+                "Forbidden: may not be specified when `allocated` is not set",
+            )
+        )
+    if reserved and (old.get("metadata") or {}).get("deletionTimestamp"):
+        before = {_consumer(e) for e in old_status.get("reservedFor") or () if isinstance(e, dict)}
+        if any(_consumer(e) not in before for e in reserved):
+            errors.append(
+                FieldError(
+                    "status.reservedFor",
+                    "FieldValueForbidden",
+                    "Forbidden: new entries may not be added while `deallocationRequested` or "
+                    "`deletionTimestamp` are set",
+                )
+            )
+    if old_allocation is not None and allocation is not None and old_allocation != allocation:
+        errors.append(
+            FieldError("status.allocation", "FieldValueInvalid", 'Invalid value: "object": field is immutable')
+        )
+    return errors
