@@ -110,7 +110,7 @@ class Allocation:
     results are built the first time ``results``, ``picked`` or ``chosen_subrequests`` is read.
     """
 
-    __slots__ = ("_build", "_built", "node")
+    __slots__ = ("_build", "_built", "_chosen", "_consumed", "node")
 
     def __init__(
         self,
@@ -123,14 +123,37 @@ class Allocation:
         self.node = node
         self._built: _Built | None = (results, picked, chosen_subrequests)
         self._build: Callable[[], _Built] | None = None
+        self._consumed: tuple[DeviceID, ...] | None = None
+        self._chosen: tuple[tuple[int | None, ...], ...] | None = None
 
     @classmethod
-    def deferred(cls, node: str, build: Callable[[], _Built]) -> Allocation:
+    def deferred(
+        cls,
+        node: str,
+        build: Callable[[], _Built],
+        consumed: tuple[DeviceID, ...] | None = None,
+        chosen: tuple[tuple[int | None, ...], ...] | None = None,
+    ) -> Allocation:
+        """An allocation whose results ``build`` makes on first access; ``consumed`` and ``chosen``,
+        when given, answer scoring without building them."""
         allocation = object.__new__(cls)  # hot path: one per fitting node in a filter
         allocation.node = node
         allocation._built = None
         allocation._build = build
+        allocation._consumed = consumed
+        allocation._chosen = chosen
         return allocation
+
+    @property
+    def consumed_devices(self) -> tuple[DeviceID, ...]:
+        """The devices this allocation takes (admin-access picks excluded), without building the
+        results: what binpack/spread scoring needs for every candidate node."""
+        consumed = self._consumed
+        if consumed is None:
+            consumed = self._consumed = tuple(
+                result.device_id for claim in self.results for result in claim.devices if not result.admin_access
+            )
+        return consumed
 
     def _parts(self) -> _Built:
         built = self._built
@@ -153,6 +176,8 @@ class Allocation:
     @property
     def chosen_subrequests(self) -> tuple[tuple[int | None, ...], ...]:
         """Per claim, per request: the index of the chosen firstAvailable subrequest, else None."""
+        if self._chosen is not None:
+            return self._chosen
         return self._parts()[2]
 
     def __repr__(self) -> str:
@@ -241,6 +266,10 @@ class Allocator:
         # the first allocate().
         self._simple: list[tuple[int, _Request, int]] | bool | None = None
         self._simple_steps = 0
+        #: chosen_subrequests of an allocation without firstAvailable requests (the first path's).
+        self._no_subrequests: tuple[tuple[int | None, ...], ...] = tuple(
+            (None,) * len(claim.requests) for claim in self.claims
+        )
         # Node-independent preparation, done lazily so that errors surface from allocate() in
         # upstream's order. Values are a _Request or the fatal error it must raise.
         self._prepared: dict[tuple[int, int, int | None], _Request | PodUnschedulable] = {}
@@ -269,7 +298,8 @@ class Allocator:
                 # build now so that a fatal error surfaces from allocate(), as upstream's does.
                 built = search.build(node)
                 return Allocation.deferred(node.name, lambda: built)
-            return Allocation.deferred(node.name, lambda: search.build(node))
+            consumed = tuple(p.entry.id for picks in search.results for p in picks if not p.request.admin)
+            return Allocation.deferred(node.name, lambda: search.build(node), consumed, search.chosen_tuple())
         if view.has_invalid_pool:
             raise NodeUnresolvable(INVALID_POOLS, node=node.name)
         return None
@@ -308,7 +338,14 @@ class Allocator:
                 verdict = values[entry.index] if values is not None else None
                 if verdict is True or (verdict is not False and self.is_selectable(req, entry)):
                     if entry.plain:
-                        out.append(Allocation.deferred(node.name, partial(build, node, view, ((c, req, entry),))))
+                        out.append(
+                            Allocation.deferred(
+                                node.name,
+                                partial(build, node, view, ((c, req, entry),)),
+                                (entry.id,),
+                                self._no_subrequests,
+                            )
+                        )
                     else:
                         out.append(self._allocate_one(node))
                     break
@@ -435,7 +472,10 @@ class Allocator:
             else:
                 return None
         self.search_steps = self._simple_steps
-        return Allocation.deferred(node.name, partial(self._build_first_path, node, view, picks))
+        consumed = tuple(entry.id for _, _, entry in picks)
+        return Allocation.deferred(
+            node.name, partial(self._build_first_path, node, view, picks), consumed, self._no_subrequests
+        )
 
     def _build_first_path(
         self, node: NodeInfo, view: NodeView, picks: Sequence[tuple[int, _Request, DeviceEntry]]
@@ -930,6 +970,16 @@ class _Search:
             del picks[length:]
 
         return undo
+
+    def chosen_tuple(self) -> tuple[tuple[int | None, ...], ...]:
+        """Per claim, per request: the firstAvailable index chosen, else None."""
+        return tuple(
+            tuple(
+                self.chosen.get((c, r)) if request.first_available else None
+                for r, request in enumerate(claim.requests)
+            )
+            for c, claim in enumerate(self.claims)
+        )
 
     # -- results (spec §12) ---------------------------------------------------------------
 

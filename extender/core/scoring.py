@@ -87,7 +87,12 @@ class ScoringCandidate(NamedTuple):
 
 
 def node_device_usage(
-    snapshot: SliceSnapshot, node: NodeInfo, allocated: AllocatedState, features: Features
+    snapshot: SliceSnapshot,
+    node: NodeInfo,
+    allocated: AllocatedState,
+    features: Features,
+    *,
+    shared_devices: set[DeviceID] | None = None,
 ) -> DeviceUsage:
     """Count the devices of ``node``'s usable pools and those held by other claims.
 
@@ -95,7 +100,8 @@ def node_device_usage(
     capacity this node really offers. A device counts as in use when it is exclusively allocated or
     when some claim holds a share of it (``allocated`` should already include in-flight claims).
     """
-    shared_devices = {shared.device for shared in allocated.shared_ids}
+    if shared_devices is None:  # callers scoring many nodes pass it, computed once
+        shared_devices = {shared.device for shared in allocated.shared_ids}
     total = 0
     in_use: set[DeviceID] = set()
     for pool in snapshot.pools_for(node, features):
@@ -140,12 +146,8 @@ def _used_fraction(candidate: ScoringCandidate) -> Fraction:
     usage = candidate.usage
     if usage.total <= 0:
         return Fraction(0)
-    newly_used = {
-        result.device_id
-        for claim_result in candidate.allocation.results
-        for result in claim_result.devices
-        if not result.admin_access and result.device_id not in usage.in_use_ids
-    }
+    in_use = usage.in_use_ids
+    newly_used = {device for device in candidate.allocation.consumed_devices if device not in in_use}
     used = min(usage.total, usage.in_use + len(newly_used))
     return Fraction(used, usage.total)
 

@@ -280,9 +280,10 @@ class SchedulingService:
         candidates: list[ScoringCandidate] = []
         snapshot = self.store.snapshot()
         allocated = allocator.allocated
+        shared = {share.device for share in allocated.shared_ids}
         for node, outcome in zip(nodes, allocator.allocate_many(nodes), strict=True):
             if isinstance(outcome, Allocation):
-                usage = node_device_usage(snapshot, node, allocated, self.features)
+                usage = node_device_usage(snapshot, node, allocated, self.features, shared_devices=shared)
                 candidates.append(ScoringCandidate(outcome, usage))
         scores = score_candidates(candidates, policy)
         return [(name, scores.get(name, 0)) for name in node_names]
