@@ -261,3 +261,20 @@ def test_a_claim_being_allocated_for_another_pod_answers_error() -> None:
         result=AllocationResult(devices=()),
     )
     assert svc.filter(pod("b", "c1"), NODES).error == "resource claim default/c1 is in the process of being allocated"
+
+
+async def test_a_pod_deleted_mid_bind_leaves_nothing_behind() -> None:
+    svc = service(cluster(claim("c1"), pod("p", "c1")))
+    backend = svc.backend
+
+    async def delete_the_pod(_operation: str) -> None:
+        backend.delete_pod("default", "p")  # type: ignore[attr-defined]
+
+    backend.faults.hook("bind_pod", delete_the_pod)  # type: ignore[attr-defined]
+    with pytest.raises(ExtenderError):
+        await svc.bind("default", "p", "uid-p", "node-1")
+    raw = svc.debug_claim("default", "c1")
+    assert raw is not None and not raw.get("status", {}).get("allocation")
+    assert not raw.get("status", {}).get("reservedFor")
+    assert DELETE_PROTECTION_FINALIZER not in (raw["metadata"].get("finalizers") or [])
+    assert len(svc.ledger) == 0
