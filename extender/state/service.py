@@ -25,7 +25,6 @@ from typing import Any
 
 import structlog
 
-from extender.backends.base import Backend
 from extender.core.allocator import Allocation, Allocator
 from extender.core.cel import CelCompileError
 from extender.core.convert import encode_allocation_result
@@ -41,6 +40,7 @@ from extender.core.errors import (
 from extender.core.explain import explain_node
 from extender.core.model import AllocationResult, DeviceID, Features, NodeInfo, ResourceClaim, UnparsedVersion
 from extender.core.scoring import ScoringCandidate, ScoringPolicy, node_device_usage, score_candidates
+from extender.state.backend import Backend
 from extender.state.claims import PodClaims, pod_identity, reserved_for, resolve_pod_claims
 from extender.state.ledger import InFlightLedger
 

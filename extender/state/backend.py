@@ -1,0 +1,72 @@
+"""The one seam between the scheduling service and a cluster: the ``Backend`` protocol.
+
+It lives in the state layer because the service depends on it; the implementations sit above, in
+``extender.backends`` (which re-exports it as ``extender.backends.base.Backend``), so imports keep
+pointing downward only.
+
+Two implementations: ``extender.backends.embedded`` (an in-memory cluster loaded from manifests,
+which also plays the resourceclaim controller) and, later, ``extender.backends.kube`` (watches and
+writes through kubernetes-asyncio). The service and the server never know which one they run on.
+
+Reads go to ``backend.store`` (an ``ObjectStore`` the backend keeps filled). Writes go through
+the async methods below, which behave like the API server: every object carries a
+``metadata.resourceVersion``; an update with a stale one raises ``WriteConflict``; a missing
+object raises ``ObjectNotFound``; a temporary failure raises ``ApiUnavailable``. A successful write
+returns the object as stored and — in the embedded backend at once, in the kube backend when the
+watch delivers it — updates ``store``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from extender.state.store import ObjectStore
+
+__all__ = ["Backend"]
+
+
+@runtime_checkable
+class Backend(Protocol):
+    store: ObjectStore
+
+    @property
+    def synced(self) -> bool:
+        """True once the store holds a complete view of the cluster (every watch listed)."""
+        ...
+
+    async def start(self) -> None:
+        """Begin feeding the store (spawn watches); returns once started, not once synced."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop background work; idempotent."""
+        ...
+
+    async def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
+        """The claim as the source of truth has it now (not the cache). ObjectNotFound if absent."""
+        ...
+
+    async def update_claim(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Replace a claim's metadata and spec (as PUT .../resourceclaims/NAME; status ignored),
+        guarded by ``metadata.resourceVersion``. Used to add the delete-protection finalizer."""
+        ...
+
+    async def update_claim_status(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Replace a claim's status (as PUT .../resourceclaims/NAME/status; metadata and spec
+        ignored), guarded by ``metadata.resourceVersion``."""
+        ...
+
+    async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod as the source of truth has it now, or None."""
+        ...
+
+    async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pod's ``binding`` subresource. WriteConflict when the pod is already bound
+        (to any node) or its UID differs (the pod was re-created); ObjectNotFound if absent."""
+        ...
+
+    def observe_pod(self, raw_pod: dict[str, Any]) -> None:
+        """A pod seen in a filter or prioritize request. The embedded backend remembers it (bind
+        carries only its identity) and creates its template claims like the resourceclaim
+        controller would; the kube backend ignores it (its watch sees pods)."""
+        ...
