@@ -22,6 +22,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import NamedTuple
 
 from extender.core.capacity import capacity_fits, consumed_capacity
 from extender.core.cel import CelCompileError, CelRuntimeError, SelectorCache
@@ -222,6 +223,26 @@ class _RequestPlan:
     all_devices: tuple[DeviceEntry, ...] | None  # None for ExactCount
 
 
+class _FirstPathStep(NamedTuple):
+    claim: int
+    request_index: int
+    request: _Request
+    devices: int
+    first_available: bool
+
+
+def _accept(constraints: Sequence[Constraint], req: _Request, entry: DeviceEntry) -> bool:
+    """Add the device to every constraint, or to none (undoing partial adds)."""
+    added: list[Constraint] = []
+    for constraint in constraints:
+        if not constraint.add(req.base, req.sub, entry.device, entry.id.driver):
+            for done in reversed(added):
+                done.remove(req.base, req.sub, entry.device, entry.id.driver)
+            return False
+        added.append(constraint)
+    return True
+
+
 # --- the allocator --------------------------------------------------------------------------
 
 
@@ -262,14 +283,14 @@ class Allocator:
         )
         self.static_plans: dict[tuple[int, int, int | None], _RequestPlan] | None = None
         self.static_error: PodUnschedulable | None = None
-        # The plain requests for the first-path shortcut, False when it does not apply, None before
-        # the first allocate().
-        self._simple: list[tuple[int, _Request, int]] | bool | None = None
+        # The requests of the first-path shortcut, False when it does not apply, None before the
+        # first allocate().
+        self._simple: list[_FirstPathStep] | bool | None = None
         self._simple_steps = 0
-        #: chosen_subrequests of an allocation without firstAvailable requests (the first path's).
-        self._no_subrequests: tuple[tuple[int | None, ...], ...] = tuple(
-            (None,) * len(claim.requests) for claim in self.claims
-        )
+        #: No constraints and no firstAvailable: the tight loop of allocate_many may run.
+        self._simple_plain = False
+        #: chosen_subrequests of a first-path allocation (0 for firstAvailable requests).
+        self._first_path_chosen: tuple[tuple[int | None, ...], ...] = ()
         # Node-independent preparation, done lazily so that errors surface from allocate() in
         # upstream's order. Values are a _Request or the fatal error it must raise.
         self._prepared: dict[tuple[int, int, int | None], _Request | PodUnschedulable] = {}
@@ -320,9 +341,9 @@ class Allocator:
             simple = self._simple if isinstance(self._simple, list) else None
             if self._simple is None:
                 simple = self._simple_plan(nodes[0], self._view(nodes[0]))
-        if simple is None or len(simple) != 1 or simple[0][2] != 1:
+        if simple is None or len(simple) != 1 or simple[0].devices != 1 or not self._simple_plain:
             return [self._allocate_one(node) for node in nodes]
-        c, req, _ = simple[0]
+        c, req = simple[0].claim, simple[0].request
         lookup = req.lookup
         assert lookup is not None
         allocated = self.allocated.devices
@@ -343,7 +364,7 @@ class Allocator:
                                 node.name,
                                 partial(build, node, view, ((c, req, entry),)),
                                 (entry.id,),
-                                self._no_subrequests,
+                                self._first_path_chosen,
                             )
                         )
                     else:
@@ -409,39 +430,46 @@ class Allocator:
 
     # -- the first-path shortcut --------------------------------------------------------
 
-    def _simple_plan(self, node: NodeInfo, view: NodeView) -> list[tuple[int, _Request, int]] | None:
-        """(claim index, request, count) in search order when every request is a plain ExactCount
-        one (no subrequests, admin access, capacity requests or constraints), else None."""
+    def _simple_plan(self, node: NodeInfo, view: NodeView) -> list[_FirstPathStep] | None:
+        """The requests in search order when the first path can be walked directly: every request
+        is ExactCount without admin access or capacity requests (for a firstAvailable request: its
+        first alternative). Constraints are allowed (checked on the way). Else None."""
         if self._simple is None:
             _Search(self, node, view).ensure_plans()  # raises the static error, if any
             plans = self.static_plans
             assert plans is not None
-            simple: list[tuple[int, _Request, int]] = []
+            simple: list[_FirstPathStep] = []
             for c, claim in enumerate(self.claims):
-                if claim.constraints:
-                    self._simple = False
-                    return None
                 for r, request in enumerate(claim.requests):
-                    spec = request.exactly
+                    sub = None if request.exactly is not None else 0
+                    spec = request.exactly if sub is None else request.first_available[0]
                     if spec is None or spec.admin_access or spec.capacity_requests is not None:
                         self._simple = False
                         return None
-                    plan = plans[(c, r, None)]
-                    simple.append((c, plan.request, plan.count))
+                    plan = plans[(c, r, sub)]
+                    simple.append(_FirstPathStep(c, r, plan.request, plan.count, sub is not None))
             self._simple = simple
             # The search's steps along its first path: one per device slot plus one per request
-            # end, one per claim end, and the final one.
-            self._simple_steps = 1 + len(self.claims) + sum(count + 1 for _, _, count in simple)
+            # end (and one more for a firstAvailable request's choice), one per claim end, and the
+            # final one.
+            self._simple_steps = 1 + len(self.claims) + sum(s.devices + 1 + s.first_available for s in simple)
+            self._simple_plain = not any(claim.constraints for claim in self.claims) and not any(
+                s.first_available for s in simple
+            )
+            self._first_path_chosen = tuple(
+                tuple(0 if request.first_available else None for request in claim.requests) for claim in self.claims
+            )
         return self._simple if isinstance(self._simple, list) else None
 
     def _first_path(self, node: NodeInfo, view: NodeView) -> Allocation | None:
         """Walk the depth-first search's first path without its machinery.
 
-        For plain requests over plain devices the search takes, request by request, the first free
-        selected devices in order; if that path succeeds it *is* the search's answer (same devices,
-        same errors on the way, same step count). Anything else — a device that needs counter,
-        taint or capacity checks, or too few devices (backtracking might help) — returns None and
-        the full search runs.
+        The search takes, request by request (a firstAvailable request with its first alternative),
+        the first free selected devices in order that the claim's constraints accept; if that path
+        succeeds it *is* the search's answer (same devices, same errors on the way, same step
+        count). Anything else — a device that needs counter, taint or capacity checks, too few
+        devices (backtracking or a later alternative might help), the 32-device limit — returns
+        None and the full search runs.
         """
         simple = self._simple if isinstance(self._simple, list) else self._simple_plan(node, view)
         if simple is None:
@@ -450,7 +478,19 @@ class Allocator:
         devices = view.devices
         picks: list[tuple[int, _Request, DeviceEntry]] = []
         taken: set[DeviceID] = set()
-        for c, req, count in simple:
+        per_claim = [0] * len(self.claims)
+        constraints: list[list[Constraint]] | None = None
+        if not self._simple_plain:
+            distinct = self.features.consumable_capacity
+            constraints = [
+                [k for k in (build_constraint(x, distinct_supported=distinct) for x in claim.constraints) if k]
+                for claim in self.claims
+            ]
+        for step in simple:
+            c, req, count = step.claim, step.request, step.devices
+            if per_claim[c] + count > MAX_DEVICES_PER_CLAIM:
+                return None  # the search would try another alternative
+            claim_constraints = constraints[c] if constraints is not None else ()
             lookup = req.lookup
             assert lookup is not None
             got = 0
@@ -464,6 +504,8 @@ class Allocator:
                     continue
                 if not entry.plain:
                     return None
+                if claim_constraints and not _accept(claim_constraints, req, entry):
+                    continue
                 taken.add(dev_id)
                 picks.append((c, req, entry))
                 got += 1
@@ -471,10 +513,11 @@ class Allocator:
                     break
             else:
                 return None
+            per_claim[c] += count
         self.search_steps = self._simple_steps
         consumed = tuple(entry.id for _, _, entry in picks)
         return Allocation.deferred(
-            node.name, partial(self._build_first_path, node, view, picks), consumed, self._no_subrequests
+            node.name, partial(self._build_first_path, node, view, picks), consumed, self._first_path_chosen
         )
 
     def _build_first_path(
@@ -483,6 +526,10 @@ class Allocator:
         search = _Search(self, node, view)
         for c, req, entry in picks:
             search.results[c].append(_Pick(req, entry, None, None))
+        for c, claim in enumerate(self.claims):
+            for r, request in enumerate(claim.requests):
+                if request.first_available:
+                    search.chosen[(c, r)] = 0
         return search.build(node)
 
     # -- node-independent preparation ----------------------------------------------------

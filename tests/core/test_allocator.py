@@ -48,30 +48,50 @@ def _shortcut(allocator: Allocator, node_name: str) -> list[list[str]] | None:
     return [[f"{r.request}={r.driver}/{r.pool}/{r.device}" for r in result.devices] for result in allocation.results]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     models=st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=6),
+    roots=st.lists(st.sampled_from(["r0", "r1"]), min_size=6, max_size=6),
     taken=st.lists(st.integers(min_value=0, max_value=5), max_size=3),
     requests=st.lists(
-        st.tuples(st.integers(min_value=1, max_value=3), st.sampled_from([None, "a", "b"])), min_size=1, max_size=3
+        st.tuples(st.integers(min_value=1, max_value=3), st.sampled_from([None, "a", "b"]), st.booleans()),
+        min_size=1,
+        max_size=3,
     ),
     split=st.booleans(),
+    constrained=st.booleans(),
 )
 def test_first_path_matches_full_search(
-    models: list[str], taken: list[int], requests: list[tuple[int, str | None]], split: bool
+    models: list[str],
+    roots: list[str],
+    taken: list[int],
+    requests: list[tuple[int, str | None, bool]],
+    split: bool,
+    constrained: bool,
 ) -> None:
-    devices = [b.device(f"device-{i}", attributes={"model": m}) for i, m in enumerate(models)]
-    slices = [b.node_slice("node-1", devices)]
-    reqs = [
-        b.request(
-            f"req-{i}",
-            b.CLASS,
-            count,
-            selectors=[] if model is None else [f'device.attributes["driver-a"].model == "{model}"'],
-        )
-        for i, (count, model) in enumerate(requests)
+    """The shortcut and the full search agree, with constraints and firstAvailable requests too."""
+    devices = [
+        b.device(f"device-{i}", attributes={"model": m, "root": roots[i]}) for i, m in enumerate(models)
     ]
-    claims = [b.claim(f"claim-{i}", r) for i, r in enumerate(reqs)] if split else [b.claim("claim-0", *reqs)]
+    slices = [b.node_slice("node-1", devices)]
+    reqs = []
+    for i, (count, model, alternatives) in enumerate(requests):
+        selectors = [] if model is None else [f'device.attributes["driver-a"].model == "{model}"']
+        if alternatives:
+            reqs.append(
+                b.first_available(
+                    f"req-{i}",
+                    b.subrequest("first", b.CLASS, count, selectors=selectors),
+                    b.subrequest("fallback", b.CLASS, 1),
+                )
+            )
+        else:
+            reqs.append(b.request(f"req-{i}", b.CLASS, count, selectors=selectors))
+    constraints = [b.match_attribute("driver-a/root")] if constrained else []
+    if split:
+        claims = [b.claim(f"claim-{i}", r, constraints=constraints) for i, r in enumerate(reqs)]
+    else:
+        claims = [b.claim("claim-0", *reqs, constraints=constraints)]
     allocated = b.allocated(*(f"driver-a/pool-1/device-{i}" for i in taken if i < len(models)))
     make = lambda: Allocator(  # noqa: E731
         claims,
@@ -81,6 +101,11 @@ def test_first_path_matches_full_search(
     )
     fast, slow = make(), make()
     assert _shortcut(fast, "node-1") == _full_search(slow, "node-1")
+    if fast.search_steps and _full_search(slow, "node-1") is not None:
+        node = b.node("node-1")
+        search = _Search(slow, node, slow.snapshot.node_view(node, slow.features))
+        search.run()
+        assert fast.search_steps == search.steps
 
 
 def test_first_path_reports_the_search_step_count() -> None:
