@@ -127,11 +127,22 @@ def normalize_to_max(raw: Mapping[str, Fraction | int]) -> dict[str, int]:
     highest = max(raw.values(), default=0)
     if highest <= 0:
         return dict.fromkeys(raw, 0)
-    return {node: max(0, int(Fraction(value) * MAX_SCORE // highest)) for node, value in raw.items()}
+    # floor(value * MAX_SCORE / highest) on numerators and denominators: exact, and without
+    # creating a Fraction per node (ints have numerator/denominator too).
+    top_num, top_den = highest.numerator, highest.denominator
+    return {
+        node: max(0, (value.numerator * MAX_SCORE * top_den) // (value.denominator * top_num))
+        for node, value in raw.items()
+    }
 
 
 def _round_half_up(value: Fraction) -> int:
-    return int((value + Fraction(1, 2)) // 1)
+    return _divide_half_up(value.numerator, value.denominator)
+
+
+def _divide_half_up(numerator: int, denominator: int) -> int:
+    """numerator / denominator rounded half up, in integers (denominator > 0)."""
+    return (2 * numerator + denominator) // (2 * denominator)
 
 
 # --- policies ---------------------------------------------------------------------------------
@@ -325,7 +336,7 @@ def score_candidates(candidates: Sequence[ScoringCandidate], policy: ScoringPoli
             continue
         for node, score in _policy_function(name, policy)(candidates).items():
             sums[node] += weight * score
-    return {node: _round_half_up(Fraction(total, total_weight)) for node, total in sums.items()}
+    return {node: _divide_half_up(total, total_weight) for node, total in sums.items()}
 
 
 _PolicyFunction = Callable[[Sequence[ScoringCandidate]], dict[str, int]]
