@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from extender.core.errors import InvalidObject, ObjectNotFound, WriteConflict
 from extender.manifests import load_manifests
 from extender.state.store import KINDS, ObjectStore
@@ -32,6 +34,17 @@ from .claims import claim_from_template, find_pod_claim, generate_name, pending_
 from .faults import FaultInjector
 from .objects import ObjectKey, copy_object, describe, key_of, now_timestamp
 from .validation import check_metadata, check_no_new_finalizers, check_spec_unchanged, check_status_update
+
+#: Kinds kept serialized (orjson bytes): nothing edits them in place, and they are most of a
+#: cluster's bytes (a ResourceSlice as dicts takes several times its JSON size).
+_COMPACT_KINDS = frozenset({"ResourceSlice"})
+#: Kinds whose raw objects the store keeps: it must get a copy of its own.
+_STORE_KEEPS_RAW = frozenset({"ResourceClaim", "ResourceClaimTemplate", "Pod"})
+
+
+def _thaw(value: Any) -> dict[str, Any]:
+    thawed: dict[str, Any] = orjson.loads(value) if isinstance(value, bytes) else value
+    return thawed
 
 __all__ = ["EmbeddedBackend", "Listener"]
 
@@ -58,9 +71,11 @@ class EmbeddedBackend:
         self.faults = FaultInjector()
         #: Template claims the controller could not create, as "ns/pod: reason" (newest last).
         self.controller_errors: list[str] = []
-        self._objects: dict[ObjectKey, dict[str, Any]] = {}
+        # Objects as stored: dicts, or orjson bytes for the kinds in _COMPACT_KINDS (read them
+        # through _stored / _thaw).
+        self._objects: dict[ObjectKey, Any] = {}
         #: The same objects by kind, so per-kind scans (a namespace's claims) skip the slices.
-        self._by_kind: dict[str, dict[ObjectKey, dict[str, Any]]] = {}
+        self._by_kind: dict[str, dict[ObjectKey, Any]] = {}
         self._resource_version = 0
         self._rng = rng if rng is not None else random.Random()
         self._clock = clock
@@ -90,14 +105,14 @@ class EmbeddedBackend:
 
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
         await self.faults.check("get_claim")
-        claim = self._objects.get(("ResourceClaim", namespace or "default", name))
+        claim = self._stored(("ResourceClaim", namespace or "default", name))
         if claim is None:
             raise ObjectNotFound(f'{_CLAIMS} "{name}" not found', claim=f"{namespace}/{name}")
         return copy_object(claim)
 
     async def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         await self.faults.check("get_pod")
-        pod = self._objects.get(("Pod", namespace or "default", name))
+        pod = self._stored(("Pod", namespace or "default", name))
         return None if pod is None else copy_object(pod)
 
     # --- Backend protocol: writes ---------------------------------------------------------------
@@ -142,7 +157,7 @@ class EmbeddedBackend:
         await self.faults.check("bind_pod")
         if not node:
             raise InvalidObject("Required value", path="target.name", obj=f"Binding {namespace}/{name}")
-        pod = self._objects.get(("Pod", namespace or "default", name))
+        pod = self._stored(("Pod", namespace or "default", name))
         if pod is None:
             raise ObjectNotFound(f'pods "{name}" not found', node=node)
         meta = pod["metadata"]
@@ -176,7 +191,7 @@ class EmbeddedBackend:
         if not isinstance(raw_pod, dict):
             raise InvalidObject("must be an object", obj="Pod")
         key = key_of({**raw_pod, "kind": "Pod"})
-        stored = self._objects.get(key)
+        stored = self._stored(key)
         uid = (raw_pod.get("metadata") or {}).get("uid")
         if stored is None or (uid and stored["metadata"].get("uid") != uid):
             # Copied only when new: this runs on every filter and prioritize request.
@@ -195,7 +210,7 @@ class EmbeddedBackend:
         if not isinstance(obj, dict):
             raise InvalidObject("must be an object")
         key = key_of(obj)
-        old = self._objects.get(key)
+        old = self._stored(key)
         if old is None:
             stored = self._create(obj)
         else:
@@ -214,14 +229,14 @@ class EmbeddedBackend:
             stored = self._commit(obj, "MODIFIED")
         if key[0] == "Pod":
             self._sync_pod_claims(key)
-            stored = self._objects[key]
+            stored = _thaw(self._objects[key])
         return copy_object(stored)
 
     def delete(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """Delete an object: one with finalizers only gets a ``deletionTimestamp`` (returned as
         stored); one without is removed (None). ObjectNotFound if absent."""
         key = key_of({"kind": kind, "metadata": {"name": name, "namespace": namespace or ""}})
-        obj = self._objects.get(key)
+        obj = self._stored(key)
         if obj is None:
             raise ObjectNotFound(f'{kind} "{name}" not found')
         if not obj["metadata"].get("finalizers"):
@@ -250,13 +265,13 @@ class EmbeddedBackend:
     def get(self, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         """A copy of one object as stored, or None."""
         key = key_of({"kind": kind, "metadata": {"name": name, "namespace": namespace or ""}})
-        obj = self._objects.get(key)
+        obj = self._stored(key)
         return None if obj is None else copy_object(obj)
 
     def list_objects(self, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
         """Copies of every object of a kind (optionally in one namespace), in creation order."""
         return [
-            copy_object(obj)
+            copy_object(_thaw(obj))
             for (_, ns, _), obj in self._by_kind.get(kind, {}).items()
             if namespace is None or ns == namespace
         ]
@@ -307,10 +322,13 @@ class EmbeddedBackend:
         version = self._resource_version + 1
         obj["metadata"]["resourceVersion"] = str(version)
         if key[0] in KINDS:
-            self.store.upsert(copy_object(obj))
+            # The store keeps the raw claims, templates and pods it is given: those need a copy of
+            # their own; of the other kinds it keeps only the decoded model.
+            self.store.upsert(copy_object(obj) if key[0] in _STORE_KEEPS_RAW else obj)
         self._resource_version = version
-        self._objects[key] = obj
-        self._by_kind.setdefault(key[0], {})[key] = obj
+        stored = orjson.dumps(obj) if key[0] in _COMPACT_KINDS else obj
+        self._objects[key] = stored
+        self._by_kind.setdefault(key[0], {})[key] = stored
         self._notify(event, obj)
         return obj
 
@@ -324,6 +342,11 @@ class EmbeddedBackend:
         self._notify("DELETED", final)
         return final
 
+    def _stored(self, key: ObjectKey) -> dict[str, Any] | None:
+        """The stored object as a dict (the dict itself for mutable kinds), or None."""
+        value = self._objects.get(key)
+        return None if value is None else _thaw(value)
+
     def _notify(self, event: str, obj: dict[str, Any]) -> None:
         for listener in self._listeners:
             listener(event, copy_object(obj))
@@ -335,7 +358,7 @@ class EmbeddedBackend:
         if raw.get("kind") not in (None, "ResourceClaim"):
             raise InvalidObject(f"expected kind ResourceClaim, got {raw.get('kind')!r}", obj=describe(raw))
         key = key_of({**raw, "kind": "ResourceClaim"})
-        old = self._objects.get(key)
+        old = self._stored(key)
         if old is None:
             raise ObjectNotFound(f'{_CLAIMS} "{key[2]}" not found', claim=_claim_label(key))
         if raw.get("apiVersion") and raw["apiVersion"] != old.get("apiVersion"):
@@ -367,7 +390,7 @@ class EmbeddedBackend:
     def _sync_pod_claims(self, key: ObjectKey) -> None:
         """The resourceclaim controller for one pod: create missing template claims, then record
         every claim found or created in ``status.resourceClaimStatuses``."""
-        pod = self._objects[key]
+        pod = _thaw(self._objects[key])
         pending = pending_template_claims(pod)
         if not pending:
             return
@@ -377,7 +400,7 @@ class EmbeddedBackend:
             claims = (obj for (_, ns, _), obj in self._by_kind.get("ResourceClaim", {}).items() if ns == namespace)
             claim = find_pod_claim(claims, uid, pod_claim_name)
             if claim is None:
-                template = self._objects.get(("ResourceClaimTemplate", namespace, template_name))
+                template = self._stored(("ResourceClaimTemplate", namespace, template_name))
                 if template is None:
                     continue  # not created yet: the service answers "claim not created yet"
                 name = self._unused_name(namespace, generate_name(key[2], pod_claim_name))
