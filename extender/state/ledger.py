@@ -39,6 +39,8 @@ class InFlightLedger:
         self.ttl_seconds = ttl_seconds
         self._clock = clock
         self._entries: dict[str, InFlightAllocation] = {}
+        #: Bumped on every change, so callers can tell whether a cached decision still holds.
+        self.version = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -62,10 +64,14 @@ class InFlightLedger:
             expires_at=self._clock() + self.ttl_seconds,
         )
         self._entries[claim.key] = entry
+        self.version += 1
         return entry
 
     def drop(self, claim_key: str) -> InFlightAllocation | None:
-        return self._entries.pop(claim_key, None)
+        entry = self._entries.pop(claim_key, None)
+        if entry is not None:
+            self.version += 1
+        return entry
 
     def expire(self) -> list[InFlightAllocation]:
         """Drop and return the entries older than the TTL."""
@@ -73,6 +79,8 @@ class InFlightLedger:
         gone = [e for e in self._entries.values() if e.expires_at <= now]
         for entry in gone:
             del self._entries[entry.claim_key]
+        if gone:
+            self.version += 1
         return gone
 
     def reconcile(self, claims: Mapping[str, ResourceClaim]) -> list[InFlightAllocation]:
@@ -84,6 +92,8 @@ class InFlightLedger:
             if claim is None or claim.uid != entry.claim_uid or claim.allocation is not None:
                 done.append(entry)
                 del self._entries[entry.claim_key]
+        if done:
+            self.version += 1
         return done
 
     def overlay(self, base: AllocatedState) -> AllocatedState:

@@ -31,6 +31,7 @@ from extender.core.convert import encode_allocation_result
 from extender.core.errors import (
     DoesNotFit,
     ExtenderError,
+    NodeUnresolvable,
     NotSynced,
     ObjectNotFound,
     PodUnschedulable,
@@ -115,6 +116,9 @@ class SchedulingService:
         self.scoring = scoring if scoring is not None else ScoringPolicy.parse("binpack=1,prioritized=1")
         self.scoring_annotation = scoring_annotation
         self.stats = ServiceStats()
+        # The last filter's fitting allocations, for the prioritize call that follows it for the
+        # same pod: ("ns/name/uid", store revision, ledger version, node -> Allocation).
+        self._last_fits: tuple[str, int, int, dict[str, Allocation]] | None = None
         # Bind decisions are serialised: deciding is milliseconds, the writes happen outside it.
         self._decide = asyncio.Lock()
 
@@ -194,9 +198,11 @@ class SchedulingService:
         except ExtenderError as exc:
             return FilterOutcome([], error=exc.reason)
         result = FilterOutcome([])
+        fits: dict[str, Allocation] = {}
         for node, outcome in zip(nodes, outcomes, strict=True):
             if isinstance(outcome, Allocation):
                 result.node_names.append(node.name)
+                fits[node.name] = outcome
             elif outcome is None:
                 try:
                     unresolvable, reason = self._why_not(allocator, node)
@@ -205,6 +211,7 @@ class SchedulingService:
                 (result.unresolvable if unresolvable else result.failed)[node.name] = reason
             else:
                 result.unresolvable[node.name] = outcome.reason
+        self._last_fits = (f"{claims.pod_key}/{claims.pod_uid}", self.store.revision, self.ledger.version, fits)
         if not result.node_names and self.on_rejected is not None:
             self.on_rejected(pod)
         return result
@@ -281,12 +288,28 @@ class SchedulingService:
         snapshot = self.store.snapshot()
         allocated = allocator.allocated
         shared = {share.device for share in allocated.shared_ids}
-        for node, outcome in zip(nodes, allocator.allocate_many(nodes), strict=True):
+        outcomes = self._fits_from_last_filter(f"{claims.pod_key}/{claims.pod_uid}", node_names)
+        if outcomes is None:
+            outcomes = allocator.allocate_many(nodes)
+        for node, outcome in zip(nodes, outcomes, strict=True):
             if isinstance(outcome, Allocation):
                 usage = node_device_usage(snapshot, node, allocated, self.features, shared_devices=shared)
                 candidates.append(ScoringCandidate(outcome, usage))
         scores = score_candidates(candidates, policy)
         return [(name, scores.get(name, 0)) for name in node_names]
+
+    def _fits_from_last_filter(
+        self, pod: str, node_names: Sequence[str]
+    ) -> list[Allocation | NodeUnresolvable | None] | None:
+        """The allocations the filter just computed for this pod, if nothing changed since and it
+        found every node asked about fitting (kube-scheduler prioritizes the filter's survivors)."""
+        last = self._last_fits
+        if last is None or last[0] != pod or last[1] != self.store.revision or last[2] != self.ledger.version:
+            return None
+        fits = last[3]
+        if not all(name in fits for name in node_names):
+            return None
+        return [fits[name] for name in node_names]
 
     def _policy_for(self, pod: Mapping[str, Any]) -> ScoringPolicy:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}

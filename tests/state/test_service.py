@@ -23,7 +23,7 @@ from extender.state.service import (
     NOT_AVAILABLE,
     SchedulingService,
 )
-from tests.manifests import claim, cluster, node, pod, template
+from tests.manifests import claim, cluster, gpu_slice, node, pod, template
 
 
 def service(objects: list[dict[str, Any]]) -> SchedulingService:
@@ -278,3 +278,34 @@ async def test_a_pod_deleted_mid_bind_leaves_nothing_behind() -> None:
     assert not raw.get("status", {}).get("reservedFor")
     assert DELETE_PROTECTION_FINALIZER not in (raw["metadata"].get("finalizers") or [])
     assert len(svc.ledger) == 0
+
+
+def test_prioritize_reuses_the_filters_allocations_only_while_nothing_changed() -> None:
+    svc = service(cluster(claim("c1"), claim("c2"), pod("p", "c1"), pod("q", "c2"), nodes=2, gpus=2))
+    calls = []
+    original = svc._allocator
+
+    def counting(claims: Any) -> Any:
+        allocator = original(claims)
+        real = allocator.allocate_many
+
+        def many(nodes: Any) -> Any:
+            calls.append(len(nodes))
+            return real(nodes)
+
+        allocator.allocate_many = many  # type: ignore[method-assign]
+        return allocator
+
+    svc._allocator = counting  # type: ignore[method-assign]
+    fresh = dict(svc.prioritize(pod("p", "c1"), NODES))
+    calls.clear()
+    assert svc.filter(pod("p", "c1"), NODES).node_names == NODES
+    assert dict(svc.prioritize(pod("p", "c1"), NODES)) == fresh
+    assert calls == [2]  # only the filter allocated
+    svc.filter(pod("p", "c1"), NODES)
+    assert dict(svc.prioritize(pod("q", "c2"), NODES))  # another pod: computed afresh
+    assert calls == [2, 2, 2]
+    svc.filter(pod("p", "c1"), NODES)
+    svc.backend.apply(gpu_slice("node-3", 1))  # type: ignore[attr-defined]
+    svc.prioritize(pod("p", "c1"), NODES)  # the store changed: computed afresh
+    assert calls == [2, 2, 2, 2, 2]
