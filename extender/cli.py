@@ -21,74 +21,43 @@ import orjson
 
 from extender import __version__
 from extender.core.allocator import Allocator
-from extender.core.cel import SelectorCache
-from extender.core.convert import decode_object, encode_allocation_result
+from extender.core.convert import encode_allocation_result
 from extender.core.errors import ExtenderError, NodeUnresolvable, PodUnschedulable
 from extender.core.explain import explain_node
 from extender.core.model import (
-    AllocatedState,
-    DeviceClass,
     Features,
-    NodeInfo,
     ResourceClaim,
-    ResourceClaimTemplate,
-    ResourceSlice,
 )
-from extender.core.pools import SliceSnapshot
 from extender.core.scoring import ScoringPolicy
 from extender.logconfig import LOG_FORMATS, LOG_LEVELS, configure_logging
 from extender.manifests import ManifestError, load_manifests
 from extender.server.settings import DEFAULT_MAX_BODY_BYTES, ServerSettings, parse_listen, ssl_context
+from extender.state.store import KINDS, ObjectStore
 
 if TYPE_CHECKING:
     from extender.backends.kube import KubeBackend
 
 __all__ = ["main"]
 
-#: Kinds a cluster dump holds that the allocator has no use for; skipped without complaint.
-_IGNORED_KINDS = frozenset({"Namespace", "Pod", "Deployment", "ConfigMap", "Service", "ServiceAccount"})
-
-
-class _Cluster:
-    def __init__(self) -> None:
-        self.classes: dict[str, DeviceClass] = {}
-        self.claims: dict[str, ResourceClaim] = {}
-        self.slices: list[ResourceSlice] = []
-        self.nodes: dict[str, NodeInfo] = {}
-
-
-def _load(paths: Sequence[str]) -> _Cluster:
-    cluster = _Cluster()
+def _load(paths: Sequence[str]) -> ObjectStore:
+    """The manifests' DRA objects, nodes and pods in an ObjectStore; other kinds are skipped."""
+    store = ObjectStore()
     for raw in load_manifests(*paths):
-        if raw.get("kind") in _IGNORED_KINDS:
-            continue
-        obj = decode_object(raw)
-        if isinstance(obj, DeviceClass):
-            cluster.classes[obj.name] = obj
-        elif isinstance(obj, ResourceClaim):
-            cluster.claims[obj.key] = obj
-        elif isinstance(obj, ResourceSlice):
-            cluster.slices.append(obj)
-        elif isinstance(obj, NodeInfo):
-            cluster.nodes[obj.name] = obj
-        elif isinstance(obj, ResourceClaimTemplate):
-            pass  # templates need the resourceclaim controller; nothing to allocate directly
-    for s in cluster.slices:  # nodes named by slices but not listed: no labels known
-        if s.node_name and s.node_name not in cluster.nodes:
-            cluster.nodes[s.node_name] = NodeInfo(s.node_name)
-    return cluster
+        if raw.get("kind") in KINDS:
+            store.upsert(raw)
+    return store
 
 
 def _allocate(args: argparse.Namespace) -> int:
     try:
-        cluster = _load(args.paths)
+        store = _load(args.paths)
     except (ManifestError, ExtenderError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     wanted: list[ResourceClaim] = []
     for key in args.claim:
         key = key if "/" in key else f"default/{key}"
-        claim = cluster.claims.get(key)
+        claim = store.claims.get(key)
         if claim is None:
             print(f"error: claim {key} not found in the manifests", file=sys.stderr)
             return 2
@@ -96,18 +65,18 @@ def _allocate(args: argparse.Namespace) -> int:
             print(f"error: claim {key} is already allocated", file=sys.stderr)
             return 2
         wanted.append(claim)
-    allocated = AllocatedState()
-    for key, claim in cluster.claims.items():
-        if claim.allocation is not None and all(key != w.key for w in wanted):
-            allocated.add_allocation(claim.allocation)
-    nodes = [cluster.nodes[n] if n in cluster.nodes else NodeInfo(n) for n in args.node] or sorted(
-        cluster.nodes.values(), key=lambda n: n.name
-    )
+    # Nodes named by slices but not listed in the files match by name only (no labels known).
+    names = set(store.nodes) | {s.node_name for s in store.slices.values() if s.node_name}
+    nodes = [store.node(n) for n in (args.node or sorted(names))]
     features = Features()
-    snapshot = SliceSnapshot(cluster.slices)
-    selectors = SelectorCache()
+    allocated = store.allocated_state()  # every allocated claim holds its devices
     allocator = Allocator(
-        wanted, classes=cluster.classes, snapshot=snapshot, allocated=allocated, features=features, selectors=selectors
+        wanted,
+        classes=store.classes,
+        snapshot=store.snapshot(),
+        allocated=allocated,
+        features=features,
+        selectors=store.selectors,
     )
     report: list[dict[str, Any]] = []
     fits_somewhere = False
@@ -136,11 +105,11 @@ def _allocate(args: argparse.Namespace) -> int:
         explanation = explain_node(
             wanted,
             node,
-            snapshot=snapshot,
-            classes=cluster.classes,
+            snapshot=allocator.snapshot,
+            classes=store.classes,
             allocated=allocated,
             features=features,
-            selectors=selectors,
+            selectors=store.selectors,
         )
         entry = explanation.to_dict()
         entry["fits"] = False

@@ -41,6 +41,8 @@ _NAMESPACED = frozenset({"ResourceClaim", "ResourceClaimTemplate", "Pod"})
 def object_key(kind: str, raw: Mapping[str, Any]) -> str:
     """``namespace/name`` for namespaced kinds, ``name`` otherwise."""
     meta = raw.get("metadata") or {}
+    if not isinstance(meta, dict):
+        raise InvalidObject(f"metadata must be an object, not {type(meta).__name__}", obj=kind)
     name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise InvalidObject("metadata.name is required", obj=kind)
