@@ -108,10 +108,11 @@ class Allocation:
     """A successful allocation of all claims on one node.
 
     The allocator returns it lazily: a filter only needs to know that the claims fit, so the
-    results are built the first time ``results``, ``picked`` or ``chosen_subrequests`` is read.
+    results are built the first time ``results`` is read (or ``picked``, when the allocator did not
+    say which entries it picked). ``detached()`` gives the part that caches keep.
     """
 
-    __slots__ = ("_build", "_built", "_chosen", "_consumed", "node")
+    __slots__ = ("_build", "_built", "_chosen", "_consumed", "_entries", "node")
 
     def __init__(
         self,
@@ -126,6 +127,7 @@ class Allocation:
         self._build: Callable[[], _Built] | None = None
         self._consumed: tuple[DeviceID, ...] | None = None
         self._chosen: tuple[tuple[int | None, ...], ...] | None = None
+        self._entries: _Entries | None = None
 
     @classmethod
     def deferred(
@@ -134,16 +136,40 @@ class Allocation:
         build: Callable[[], _Built],
         consumed: tuple[DeviceID, ...] | None = None,
         chosen: tuple[tuple[int | None, ...], ...] | None = None,
+        entries: _Entries | None = None,
     ) -> Allocation:
-        """An allocation whose results ``build`` makes on first access; ``consumed`` and ``chosen``,
-        when given, answer scoring without building them."""
+        """An allocation whose results ``build`` makes on first access; ``consumed``, ``chosen`` and
+        ``entries`` (per claim, the picked pool entries in result order), when given, answer
+        scoring without building them."""
         allocation = object.__new__(cls)  # hot path: one per fitting node in a filter
         allocation.node = node
         allocation._built = None
         allocation._build = build
         allocation._consumed = consumed
         allocation._chosen = chosen
+        allocation._entries = entries
         return allocation
+
+    def detached(self) -> Allocation:
+        """The same allocation without the means to build results: node, consumed devices, chosen
+        subrequests and picked devices only, which is all that filter verdicts and scores need.
+
+        Caches keep detached allocations so that they hold no allocator, snapshot or allocated
+        state alive. Reading ``results`` of a detached allocation raises LookupError.
+        """
+        entries = self._entries
+        if entries is None:
+            results, picked, _ = self._parts()
+            entries = tuple(
+                tuple(
+                    _PickedDevice(result.device_id, device)
+                    for result, device in zip(claim.devices, devices, strict=True)
+                )
+                for claim, devices in zip(results, picked, strict=True)
+            )
+        return Allocation.deferred(
+            self.node, _results_not_kept, self.consumed_devices, self.chosen_subrequests, entries
+        )
 
     @property
     def consumed_devices(self) -> tuple[DeviceID, ...]:
@@ -172,7 +198,16 @@ class Allocation:
     @property
     def picked(self) -> tuple[tuple[Device, ...], ...]:
         """Per claim, the Device objects in the same order as ``results[i].devices``."""
+        if self._entries is not None:
+            return tuple(tuple(entry.device for entry in claim) for claim in self._entries)
         return self._parts()[1]
+
+    @property
+    def picked_ids(self) -> tuple[tuple[DeviceID, ...], ...]:
+        """Per claim, the IDs of ``picked``."""
+        if self._entries is not None:
+            return tuple(tuple(entry.id for entry in claim) for claim in self._entries)
+        return tuple(tuple(result.device_id for result in claim.devices) for claim in self.results)
 
     @property
     def chosen_subrequests(self) -> tuple[tuple[int | None, ...], ...]:
@@ -182,7 +217,23 @@ class Allocation:
         return self._parts()[2]
 
     def __repr__(self) -> str:
+        if self._build is _results_not_kept:
+            return f"Allocation(node={self.node!r}, picked={self.picked_ids!r}, detached)"
         return f"Allocation(node={self.node!r}, results={self.results!r})"
+
+
+def _results_not_kept() -> _Built:
+    raise LookupError("a detached Allocation keeps no results; allocate again to get them")
+
+
+class _PickedDevice(NamedTuple):
+    """What ``Allocation.detached`` keeps of a picked device when it has no pool entry for it."""
+
+    id: DeviceID
+    device: Device
+
+
+_Entries = tuple[tuple[DeviceEntry | _PickedDevice, ...], ...]
 
 
 @dataclass(slots=True, eq=False)
@@ -320,7 +371,8 @@ class Allocator:
                 built = search.build(node)
                 return Allocation.deferred(node.name, lambda: built)
             consumed = tuple(p.entry.id for picks in search.results for p in picks if not p.request.admin)
-            return Allocation.deferred(node.name, lambda: search.build(node), consumed, search.chosen_tuple())
+            entries = tuple(tuple(p.entry for p in picks) for picks in search.results)
+            return Allocation.deferred(node.name, lambda: search.build(node), consumed, search.chosen_tuple(), entries)
         if view.has_invalid_pool:
             raise NodeUnresolvable(INVALID_POOLS, node=node.name)
         return None
@@ -365,6 +417,7 @@ class Allocator:
                                 partial(build, node, view, ((c, req, entry),)),
                                 (entry.id,),
                                 self._first_path_chosen,
+                                ((entry,),),
                             )
                         )
                     else:
@@ -516,8 +569,9 @@ class Allocator:
             per_claim[c] += count
         self.search_steps = self._simple_steps
         consumed = tuple(entry.id for _, _, entry in picks)
+        entries = tuple(tuple(entry for claim, _, entry in picks if claim == c) for c in range(len(self.claims)))
         return Allocation.deferred(
-            node.name, partial(self._build_first_path, node, view, picks), consumed, self._first_path_chosen
+            node.name, partial(self._build_first_path, node, view, picks), consumed, self._first_path_chosen, entries
         )
 
     def _build_first_path(

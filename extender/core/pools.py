@@ -139,7 +139,7 @@ def _is_counter_slice(s: ResourceSlice) -> bool:
 class SliceSnapshot:
     """All ResourceSlices at one moment, indexed for per-node pool gathering."""
 
-    __slots__ = ("_by_node", "_by_pool", "_cache", "_others", "slices")
+    __slots__ = ("_by_node", "_by_pool", "_cache", "_others", "invalidated", "slices")
     # A node's view is rebuilt when its labels change (node selectors may match differently).
 
     def __init__(self, slices: Iterable[ResourceSlice]) -> None:
@@ -154,6 +154,10 @@ class SliceSnapshot:
             else:
                 self._others.append(s)
         self._cache: dict[str, tuple[Mapping[str, str], Features, NodeView]] = {}
+        #: For a snapshot made by ``with_changes``: the nodes whose views it did not keep from the
+        #: previous snapshot, so that caches derived from views can drop exactly those; None when
+        #: no view was kept (every node may see something new).
+        self.invalidated: frozenset[str] | None = None
 
     def node_view(self, node: NodeInfo, features: Features) -> NodeView:
         """The node's pools and devices, memoised per node name, labels and features."""
@@ -168,6 +172,13 @@ class SliceSnapshot:
         # NodeInfo mappings are never changed after construction, so keeping the object is safe.
         self._cache[node.name] = (node.labels, features, view)
         return view
+
+    def cached_view(self, node: NodeInfo, features: Features) -> NodeView | None:
+        """The node's view if ``node_view`` has made it already (for these labels and features)."""
+        cached = self._cache.get(node.name)
+        if cached is not None and cached[1] == features and cached[0] == node.labels:
+            return cached[2]
+        return None
 
     def pools_for(self, node: NodeInfo, features: Features) -> tuple[Pool, ...]:
         return self.node_view(node, features).pools
@@ -201,6 +212,7 @@ class SliceSnapshot:
                                 return fresh
                             affected.add(other.node_name)
         fresh._cache = {name: entry for name, entry in self._cache.items() if name not in affected}
+        fresh.invalidated = frozenset(affected)
         return fresh
 
     def slices_of_pool(self, driver: str, pool: str) -> list[ResourceSlice]:

@@ -14,7 +14,8 @@ scores 0..10, the range kube-scheduler accepts from an extender (``MaxExtenderPr
 A ``ScoringPolicy`` combines them with integer weights (``"binpack=2,topology:gpu.example.com/pcieRoot=1"``);
 ``score_candidates`` gives each node the weighted average, rounded half up. Everything here is pure
 and deterministic: the same candidates always give the same scores, and no node is ever dropped.
-Arithmetic is exact (``Fraction``) so that rounding never depends on float noise.
+Arithmetic is exact (integers, ``Fraction`` where it is rare) so that rounding never depends on float
+noise.
 """
 
 from __future__ import annotations
@@ -148,24 +149,40 @@ def _divide_half_up(numerator: int, denominator: int) -> int:
 # --- policies ---------------------------------------------------------------------------------
 
 
-def _used_fraction(candidate: ScoringCandidate) -> Fraction:
-    """Share of the node's devices in use once this pod's allocation is added.
+def _used_fraction(candidate: ScoringCandidate) -> tuple[int, int]:
+    """Share of the node's devices in use once this pod's allocation is added, as (used, total)
+    with total > 0 (exact, and cheaper than a Fraction per node).
 
     Admin-access results do not consume a device (spec §15); a device this pod takes that is already
     in use (another share of a shared device) is not counted twice.
     """
     usage = candidate.usage
     if usage.total <= 0:
-        return Fraction(0)
+        return 0, 1
     in_use = usage.in_use_ids
-    newly_used = {device for device in candidate.allocation.consumed_devices if device not in in_use}
-    used = min(usage.total, usage.in_use + len(newly_used))
-    return Fraction(used, usage.total)
+    consumed = candidate.allocation.consumed_devices
+    if len(consumed) == 1:  # the common pod: one device
+        newly_used = 0 if consumed[0] in in_use else 1
+    else:
+        newly_used = len({device for device in consumed if device not in in_use})
+    return min(usage.total, usage.in_use + newly_used), usage.total
+
+
+def _normalize_ratios(raw: Mapping[str, tuple[int, int]]) -> dict[str, int]:
+    """``normalize_to_max`` for values given as (numerator, denominator > 0) pairs."""
+    top_num, top_den = 0, 1
+    for num, den in raw.values():
+        if num * top_den > top_num * den:
+            top_num, top_den = num, den
+    if top_num <= 0:
+        return dict.fromkeys(raw, 0)
+    scale_num, scale_den = MAX_SCORE * top_den, top_num
+    return {node: max(0, (num * scale_num) // (den * scale_den)) for node, (num, den) in raw.items()}
 
 
 def binpack_scores(candidates: Sequence[ScoringCandidate]) -> dict[str, int]:
     """Most used after this pod's allocation scores highest."""
-    return normalize_to_max({c.allocation.node: _used_fraction(c) for c in candidates})
+    return _normalize_ratios({c.allocation.node: _used_fraction(c) for c in candidates})
 
 
 def spread_scores(candidates: Sequence[ScoringCandidate]) -> dict[str, int]:
@@ -173,7 +190,11 @@ def spread_scores(candidates: Sequence[ScoringCandidate]) -> dict[str, int]:
 
     A node without devices counts as entirely free: nothing there is being packed.
     """
-    return normalize_to_max({c.allocation.node: 1 - _used_fraction(c) for c in candidates})
+    free: dict[str, tuple[int, int]] = {}
+    for c in candidates:
+        used, total = _used_fraction(c)
+        free[c.allocation.node] = (total - used, total)
+    return _normalize_ratios(free)
 
 
 def prioritized_scores(candidates: Sequence[ScoringCandidate]) -> dict[str, int]:
@@ -210,8 +231,8 @@ def topology_scores(candidates: Sequence[ScoringCandidate], attribute: str) -> d
         present = 0
         possible = 0
         allocation = candidate.allocation
-        for claim_result, devices in zip(allocation.results, allocation.picked, strict=True):
-            drivers = [result.driver for result in claim_result.devices]
+        for ids, devices in zip(allocation.picked_ids, allocation.picked, strict=True):
+            drivers = [device_id.driver for device_id in ids]
             if len(devices) < 2:
                 continue
             distinct = _distinct_values(attribute, devices, drivers)

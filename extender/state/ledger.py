@@ -41,6 +41,12 @@ class InFlightLedger:
         self._entries: dict[str, InFlightAllocation] = {}
         #: Bumped on every change, so callers can tell whether a cached decision still holds.
         self.version = 0
+        #: Told of the allocation of every entry added or removed (caches of verdicts listen).
+        self.listeners: list[Callable[[AllocationResult], None]] = []
+
+    def _changed(self, entry: InFlightAllocation) -> None:
+        for listener in self.listeners:
+            listener(entry.result)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -63,14 +69,19 @@ class InFlightLedger:
             result=result,
             expires_at=self._clock() + self.ttl_seconds,
         )
+        replaced = self._entries.get(claim.key)
         self._entries[claim.key] = entry
         self.version += 1
+        if replaced is not None:
+            self._changed(replaced)
+        self._changed(entry)
         return entry
 
     def drop(self, claim_key: str) -> InFlightAllocation | None:
         entry = self._entries.pop(claim_key, None)
         if entry is not None:
             self.version += 1
+            self._changed(entry)
         return entry
 
     def expire(self) -> list[InFlightAllocation]:
@@ -79,6 +90,7 @@ class InFlightLedger:
         gone = [e for e in self._entries.values() if e.expires_at <= now]
         for entry in gone:
             del self._entries[entry.claim_key]
+            self._changed(entry)
         if gone:
             self.version += 1
         return gone
@@ -92,6 +104,7 @@ class InFlightLedger:
             if claim is None or claim.uid != entry.claim_uid or claim.allocation is not None:
                 done.append(entry)
                 del self._entries[entry.claim_key]
+                self._changed(entry)
         if done:
             self.version += 1
         return done

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +31,6 @@ from extender.core.convert import encode_allocation_result
 from extender.core.errors import (
     DoesNotFit,
     ExtenderError,
-    NodeUnresolvable,
     NotSynced,
     ObjectNotFound,
     PodUnschedulable,
@@ -40,9 +39,10 @@ from extender.core.errors import (
 )
 from extender.core.explain import explain_node
 from extender.core.model import AllocationResult, DeviceID, Features, NodeInfo, ResourceClaim, UnparsedVersion
-from extender.core.scoring import ScoringCandidate, ScoringPolicy, node_device_usage, score_candidates
+from extender.core.scoring import DeviceUsage, ScoringCandidate, ScoringPolicy, node_device_usage, score_candidates
 from extender.state.backend import Backend
 from extender.state.claims import PodClaims, pod_identity, reserved_for, resolve_pod_claims
+from extender.state.fits import Verdict
 from extender.state.ledger import InFlightLedger
 
 __all__ = [
@@ -116,9 +116,8 @@ class SchedulingService:
         self.scoring = scoring if scoring is not None else ScoringPolicy.parse("binpack=1,prioritized=1")
         self.scoring_annotation = scoring_annotation
         self.stats = ServiceStats()
-        # The last filter's fitting allocations, for the prioritize call that follows it for the
-        # same pod: ("ns/name/uid", store revision, ledger version, node -> Allocation).
-        self._last_fits: tuple[str, int, int, dict[str, Allocation]] | None = None
+        # In-flight allocations change what fits where, like the store's allocated claims do.
+        self.ledger.listeners.append(self.store.fits.drop_allocation)
         # Bind decisions are serialised: deciding is milliseconds, the writes happen outside it.
         self._decide = asyncio.Lock()
 
@@ -133,9 +132,15 @@ class SchedulingService:
             return stored
         return pod
 
-    def _allocator(self, claims: PodClaims) -> Allocator:
+    def _refresh(self) -> None:
+        """Bring the ledger and the slice snapshot up to date. Their changes reach the FitCache
+        here, so this runs before remembered verdicts are read."""
         self.ledger.expire()
         self.ledger.reconcile(self.store.claims)
+        self.store.snapshot()
+
+    def _allocator(self, claims: PodClaims) -> Allocator:
+        self._refresh()
         return Allocator(
             claims.to_allocate,
             classes=self.store.classes,
@@ -145,6 +150,48 @@ class SchedulingService:
             selectors=self.store.selectors,
             preallocated=claims.allocated,
         )
+
+    def _shape(self, claims: PodClaims) -> Hashable | None:
+        """What the allocator's verdict on a node depends on, of the pod: its claims' specs and the
+        node selectors of its allocated claims. None when a claim's spec is unknown."""
+        specs: list[bytes] = []
+        for claim in claims.to_allocate:
+            spec = self.store.claim_specs.get(claim.key)
+            if spec is None:
+                return None
+            specs.append(spec)
+        selectors = tuple(c.allocation.node_selector for c in claims.allocated if c.allocation is not None)
+        return tuple(specs), selectors
+
+    def _verdicts(self, claims: PodClaims, node_names: Sequence[str]) -> Mapping[str, Verdict]:
+        """Per node: a detached Allocation (the claims fit) or (unresolvable, reason). Verdicts come
+        from the FitCache where remembered; the allocator runs for the other nodes only. Raises
+        the ExtenderError that fails the whole attempt."""
+        self._refresh()
+        fits = self.store.fits
+        shape = self._shape(claims)
+        table: dict[str, Verdict] = fits.table(shape) if shape is not None else {}
+        missing = [name for name in node_names if name not in table]
+        fits.stats.hits += len(node_names) - len(missing)
+        if not missing:
+            return table
+        missing = list(dict.fromkeys(missing))
+        fits.stats.misses += len(missing)
+        allocator = self._allocator(claims)
+        nodes = [self.store.node(name) for name in missing]
+        for node, outcome in zip(nodes, allocator.allocate_many(nodes), strict=True):
+            verdict: Verdict
+            if isinstance(outcome, Allocation):
+                verdict = outcome.detached()
+            elif outcome is None:
+                verdict = self._why_not(allocator, node)
+            else:
+                verdict = (True, outcome.reason)
+            view = allocator.snapshot.cached_view(node, self.features)
+            if view is not None:  # else decided from the node's labels alone (claim not available)
+                fits.depends(node.name, view)
+            table[node.name] = verdict
+        return table
 
     def _why_not(self, allocator: Allocator, node: NodeInfo) -> tuple[bool, str]:
         """(unresolvable, reason) for a node where allocate() returned None."""
@@ -187,32 +234,21 @@ class SchedulingService:
         try:
             pod = self._pod_for(pod)
             claims = resolve_pod_claims(pod, self.store, self.ledger)
-        except ExtenderError as exc:
-            return FilterOutcome([], error=exc.reason)
-        if not claims.all:
-            return FilterOutcome(list(node_names))
-        allocator = self._allocator(claims)
-        nodes = [self.store.node(name) for name in node_names]
-        try:
-            outcomes = allocator.allocate_many(nodes)
+            if not claims.all:
+                return FilterOutcome(list(node_names))
+            verdicts = self._verdicts(claims, node_names)
         except ExtenderError as exc:
             return FilterOutcome([], error=exc.reason)
         result = FilterOutcome([])
-        fits: dict[str, Allocation] = {}
-        for node, outcome in zip(nodes, outcomes, strict=True):
-            if isinstance(outcome, Allocation):
-                result.node_names.append(node.name)
-                fits[node.name] = outcome
-            elif outcome is None:
-                try:
-                    unresolvable, reason = self._why_not(allocator, node)
-                except ExtenderError as exc:
-                    return FilterOutcome([], error=exc.reason)
-                (result.unresolvable if unresolvable else result.failed)[node.name] = reason
+        passed, failed, unresolvable = result.node_names, result.failed, result.unresolvable
+        for name in node_names:
+            verdict = verdicts[name]
+            if verdict.__class__ is tuple:
+                is_unresolvable, reason = verdict
+                (unresolvable if is_unresolvable else failed)[name] = reason
             else:
-                result.unresolvable[node.name] = outcome.reason
-        self._last_fits = (f"{claims.pod_key}/{claims.pod_uid}", self.store.revision, self.ledger.version, fits)
-        if not result.node_names and self.on_rejected is not None:
+                passed.append(name)
+        if not passed and self.on_rejected is not None:
             self.on_rejected(pod)
         return result
 
@@ -282,34 +318,37 @@ class SchedulingService:
         if not claims.all:
             return [(name, 0) for name in node_names]
         policy = self._policy_for(pod)
-        allocator = self._allocator(claims)
-        nodes = [self.store.node(name) for name in node_names]
-        candidates: list[ScoringCandidate] = []
-        snapshot = self.store.snapshot()
-        allocated = allocator.allocated
-        shared = {share.device for share in allocated.shared_ids}
-        outcomes = self._fits_from_last_filter(f"{claims.pod_key}/{claims.pod_uid}", node_names)
-        if outcomes is None:
-            outcomes = allocator.allocate_many(nodes)
-        for node, outcome in zip(nodes, outcomes, strict=True):
-            if isinstance(outcome, Allocation):
-                usage = node_device_usage(snapshot, node, allocated, self.features, shared_devices=shared)
-                candidates.append(ScoringCandidate(outcome, usage))
+        verdicts = self._verdicts(claims, node_names)
+        usage = self._usage(name for name in node_names if verdicts[name].__class__ is not tuple)
+        candidates = [
+            ScoringCandidate(verdict, usage[name])
+            for name in node_names
+            if isinstance(verdict := verdicts[name], Allocation)
+        ]
         scores = score_candidates(candidates, policy)
         return [(name, scores.get(name, 0)) for name in node_names]
 
-    def _fits_from_last_filter(
-        self, pod: str, node_names: Sequence[str]
-    ) -> list[Allocation | NodeUnresolvable | None] | None:
-        """The allocations the filter just computed for this pod, if nothing changed since and it
-        found every node asked about fitting (kube-scheduler prioritizes the filter's survivors)."""
-        last = self._last_fits
-        if last is None or last[0] != pod or last[1] != self.store.revision or last[2] != self.ledger.version:
-            return None
-        fits = last[3]
-        if not all(name in fits for name in node_names):
-            return None
-        return [fits[name] for name in node_names]
+    def _usage(self, node_names: Iterable[str]) -> dict[str, DeviceUsage]:
+        """Device usage per node, from the FitCache where remembered."""
+        fits = self.store.fits
+        out: dict[str, DeviceUsage] = {}
+        missing: list[str] = []
+        for name in node_names:
+            usage = fits.usage(name)
+            if usage is None:
+                missing.append(name)
+            else:
+                out[name] = usage
+        if missing:
+            snapshot = self.store.snapshot()
+            allocated = self.ledger.overlay(self.store.allocated_state())
+            shared = {share.device for share in allocated.shared_ids}
+            for name in missing:
+                node = self.store.node(name)
+                usage = node_device_usage(snapshot, node, allocated, self.features, shared_devices=shared)
+                fits.remember_usage(name, snapshot.node_view(node, self.features), usage)
+                out[name] = usage
+        return out
 
     def _policy_for(self, pod: Mapping[str, Any]) -> ScoringPolicy:
         annotations = (pod.get("metadata") or {}).get("annotations") or {}

@@ -7,8 +7,10 @@ it decodes each object once, at ingest, and keeps:
   Pods (raw: the service reads only a few fields);
 - a ``SliceSnapshot`` of the ResourceSlices, updated incrementally: a changed node-local slice only
   drops the memoised pools of the nodes it concerns, so a warm filter stays warm;
-- the ``AllocatedState`` of every allocated claim, rebuilt lazily after claims change;
-- the shared ``SelectorCache``, told to forget a slice as soon as the slice is replaced.
+- the ``AllocatedState`` of every allocated claim, updated claim by claim (``AllocationIndex``);
+- the shared ``SelectorCache``, told to forget a slice as soon as the slice is replaced;
+- the ``FitCache`` of remembered per-node verdicts, told exactly what each change may affect, and
+  each claim's spec as canonical bytes (``claim_specs``), the key of a pod shape there.
 
 Synchronous and single-threaded (one asyncio loop); no I/O.
 """
@@ -18,20 +20,28 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
+
 from extender.core.cel import SelectorCache
 from extender.core.convert import decode_object
 from extender.core.errors import InvalidObject
 from extender.core.model import (
     AllocatedState,
+    AllocationResult,
     DeviceClass,
+    DeviceID,
+    DeviceResult,
     NodeInfo,
     ResourceClaim,
     ResourceClaimTemplate,
     ResourceSlice,
+    SharedDeviceID,
 )
 from extender.core.pools import SliceSnapshot
+from extender.core.quantity import Quantity
+from extender.state.fits import FitCache
 
-__all__ = ["KINDS", "ObjectStore", "object_key"]
+__all__ = ["KINDS", "AllocationIndex", "ObjectStore", "object_key"]
 
 #: The kinds the store keeps, by ``kind``.
 KINDS = ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice", "Node", "Pod")
@@ -51,14 +61,93 @@ def object_key(kind: str, raw: Mapping[str, Any]) -> str:
     return name
 
 
+class AllocationIndex:
+    """The ``AllocatedState`` of a set of claims, kept up to date one claim at a time.
+
+    ``set(key, allocation)`` replaces what one claim holds and returns the devices whose state
+    may have changed; the state object is updated in place, so a caller holding it always sees
+    the current devices (callers use it synchronously). A device held by several claims stays
+    in use until the last one lets go.
+    """
+
+    def __init__(self) -> None:
+        self.state = AllocatedState()
+        self._by_claim: dict[str, AllocationResult] = {}
+        # device -> claim key -> that claim's non-admin results for the device
+        self._holders: dict[DeviceID, dict[str, list[DeviceResult]]] = {}
+
+    def set(self, key: str, allocation: AllocationResult | None) -> set[DeviceID]:
+        old = self._by_claim.get(key)
+        if old is allocation or (old is not None and allocation is not None and old == allocation):
+            return set()
+        touched: set[DeviceID] = set()
+        if old is not None:
+            del self._by_claim[key]
+            for result in old.devices:
+                if result.admin_access:
+                    continue  # admin access does not consume the device
+                touched.add(result.device_id)
+                holders = self._holders.get(result.device_id)
+                if holders is not None:  # None: a second result of this claim on the device
+                    holders.pop(key, None)
+                    if not holders:
+                        del self._holders[result.device_id]
+        if allocation is not None:
+            self._by_claim[key] = allocation
+            for result in allocation.devices:
+                if result.admin_access:
+                    continue
+                touched.add(result.device_id)
+                self._holders.setdefault(result.device_id, {}).setdefault(key, []).append(result)
+        for device in touched:
+            self._recount(device, old)
+        return touched
+
+    def _recount(self, device: DeviceID, old: AllocationResult | None) -> None:
+        """Make the state's entries for ``device`` agree with its holders (the rules of
+        ``AllocatedState.add_allocation``: exclusive use, shares, consumed capacity)."""
+        state = self.state
+        if old is not None:  # shares the old allocation held; re-added below if still held
+            for result in old.devices:
+                if result.share_id is not None and result.device_id == device:
+                    state.shared_ids.discard(SharedDeviceID(device, result.share_id))
+        results = [r for rs in self._holders.get(device, {}).values() for r in rs]
+        if any(r.share_id is None for r in results):
+            state.devices.add(device)
+        else:
+            state.devices.discard(device)
+        totals: dict[str, Quantity] = {}
+        for result in results:
+            if result.share_id is None:
+                continue
+            state.shared_ids.add(SharedDeviceID(device, result.share_id))
+            for name, amount in (result.consumed_capacity or {}).items():
+                previous = totals.get(name)
+                totals[name] = amount if previous is None else previous + amount
+        if any(r.share_id is not None and r.consumed_capacity for r in results):
+            state.consumed_capacity[device] = totals
+        else:
+            state.consumed_capacity.pop(device, None)
+
+
+def _spec_key(raw: Mapping[str, Any]) -> bytes:
+    """A claim's apiVersion and spec as canonical bytes: equal for claims the allocator cannot
+    tell apart (template claims of one template), so they share remembered verdicts."""
+    version = str(raw.get("apiVersion") or "").encode()
+    return version + b"\0" + orjson.dumps(raw.get("spec"), option=orjson.OPT_SORT_KEYS)
+
+
 class ObjectStore:
     """Decoded cluster state; see the module docstring."""
 
-    def __init__(self, *, selectors: SelectorCache | None = None) -> None:
+    def __init__(self, *, selectors: SelectorCache | None = None, fits: FitCache | None = None) -> None:
         self.selectors = selectors if selectors is not None else SelectorCache()
+        self.fits = fits if fits is not None else FitCache()
         self.classes: dict[str, DeviceClass] = {}
         self.claims: dict[str, ResourceClaim] = {}
         self.raw_claims: dict[str, dict[str, Any]] = {}
+        #: Per claim key: its spec as canonical bytes (see ``_spec_key``).
+        self.claim_specs: dict[str, bytes] = {}
         self.templates: dict[str, ResourceClaimTemplate] = {}
         self.raw_templates: dict[str, dict[str, Any]] = {}
         self.slices: dict[str, ResourceSlice] = {}
@@ -68,7 +157,7 @@ class ObjectStore:
         self.revision = 0
         self._snapshot: SliceSnapshot | None = SliceSnapshot(())
         self._pending_slices: list[tuple[ResourceSlice | None, ResourceSlice | None]] = []
-        self._allocated: AllocatedState | None = None
+        self._allocations = AllocationIndex()
 
     # --- ingest -------------------------------------------------------------------------------
 
@@ -87,10 +176,12 @@ class ObjectStore:
         self.revision += 1
         if isinstance(obj, DeviceClass):
             self.classes[key] = obj
+            self.fits.clear()
         elif isinstance(obj, ResourceClaim):
             self.claims[key] = obj
             self.raw_claims[key] = raw
-            self._allocated = None
+            self.claim_specs[key] = _spec_key(raw)
+            self.fits.drop_devices(self._allocations.set(key, obj.allocation))
         elif isinstance(obj, ResourceClaimTemplate):
             self.templates[key] = obj
             self.raw_templates[key] = raw
@@ -99,7 +190,10 @@ class ObjectStore:
             self.slices[key] = obj
             self._slice_changed(old, obj)
         elif isinstance(obj, NodeInfo):
+            old_node = self.nodes.get(key)
             self.nodes[key] = obj
+            if old_node is None or old_node.labels != obj.labels:
+                self.fits.drop_nodes((key,))
 
     def delete(self, kind: str, namespace: str | None, name: str) -> None:
         """Forget one object; unknown objects are ignored (a watch may repeat a DELETED event)."""
@@ -108,11 +202,13 @@ class ObjectStore:
         if kind == "Pod":
             self.pods.pop(key, None)
         elif kind == "DeviceClass":
-            self.classes.pop(key, None)
+            if self.classes.pop(key, None) is not None:
+                self.fits.clear()
         elif kind == "ResourceClaim":
             if self.claims.pop(key, None) is not None:
-                self._allocated = None
+                self.fits.drop_devices(self._allocations.set(key, None))
             self.raw_claims.pop(key, None)
+            self.claim_specs.pop(key, None)
         elif kind == "ResourceClaimTemplate":
             self.templates.pop(key, None)
             self.raw_templates.pop(key, None)
@@ -120,8 +216,8 @@ class ObjectStore:
             old = self.slices.pop(key, None)
             if old is not None:
                 self._slice_changed(old, None)
-        elif kind == "Node":
-            self.nodes.pop(key, None)
+        elif kind == "Node" and self.nodes.pop(key, None) is not None:
+            self.fits.drop_nodes((key,))
 
     def replace(self, kind: str, items: Iterable[dict[str, Any]]) -> None:
         """Make the store hold exactly ``items`` of this kind (after a LIST / re-list)."""
@@ -161,18 +257,18 @@ class ObjectStore:
             assert self._snapshot is not None
             self._snapshot = self._snapshot.with_changes(self._pending_slices, self.slices.values())
             self._pending_slices = []
+            invalidated = self._snapshot.invalidated
+            if invalidated is None:
+                self.fits.clear()
+            else:
+                self.fits.drop_nodes(invalidated)
         assert self._snapshot is not None
         return self._snapshot
 
     def allocated_state(self) -> AllocatedState:
-        """Devices held by allocated claims (admin-access results excluded), rebuilt lazily."""
-        if self._allocated is None:
-            state = AllocatedState()
-            for claim in self.claims.values():
-                if claim.allocation is not None:
-                    state.add_allocation(claim.allocation)
-            self._allocated = state
-        return self._allocated
+        """Devices held by allocated claims (admin-access results excluded). The same object is
+        updated in place as claims change: read it synchronously, do not keep it across awaits."""
+        return self._allocations.state
 
     def node(self, name: str) -> NodeInfo:
         """The node's labels as last seen; a node we never saw matches by name only."""

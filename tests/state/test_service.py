@@ -280,7 +280,7 @@ async def test_a_pod_deleted_mid_bind_leaves_nothing_behind() -> None:
     assert len(svc.ledger) == 0
 
 
-def test_prioritize_reuses_the_filters_allocations_only_while_nothing_changed() -> None:
+def test_prioritize_and_later_pods_reuse_remembered_verdicts_until_a_node_changes() -> None:
     svc = service(cluster(claim("c1"), claim("c2"), pod("p", "c1"), pod("q", "c2"), nodes=2, gpus=2))
     calls = []
     original = svc._allocator
@@ -290,7 +290,7 @@ def test_prioritize_reuses_the_filters_allocations_only_while_nothing_changed() 
         real = allocator.allocate_many
 
         def many(nodes: Any) -> Any:
-            calls.append(len(nodes))
+            calls.append([n.name for n in nodes])
             return real(nodes)
 
         allocator.allocate_many = many  # type: ignore[method-assign]
@@ -298,14 +298,14 @@ def test_prioritize_reuses_the_filters_allocations_only_while_nothing_changed() 
 
     svc._allocator = counting  # type: ignore[method-assign]
     fresh = dict(svc.prioritize(pod("p", "c1"), NODES))
-    calls.clear()
+    assert calls == [NODES]
     assert svc.filter(pod("p", "c1"), NODES).node_names == NODES
     assert dict(svc.prioritize(pod("p", "c1"), NODES)) == fresh
-    assert calls == [2]  # only the filter allocated
-    svc.filter(pod("p", "c1"), NODES)
-    assert dict(svc.prioritize(pod("q", "c2"), NODES))  # another pod: computed afresh
-    assert calls == [2, 2, 2]
-    svc.filter(pod("p", "c1"), NODES)
+    assert dict(svc.prioritize(pod("q", "c2"), NODES)) == fresh  # c2's spec is c1's: the same shape
+    assert calls == [NODES]
     svc.backend.apply(gpu_slice("node-3", 1))  # type: ignore[attr-defined]
-    svc.prioritize(pod("p", "c1"), NODES)  # the store changed: computed afresh
-    assert calls == [2, 2, 2, 2, 2]
+    svc.filter(pod("p", "c1"), NODES)  # node-3 is not asked about
+    assert calls == [NODES]
+    svc.backend.apply(gpu_slice("node-1", 3))  # type: ignore[attr-defined]
+    svc.filter(pod("p", "c1"), NODES)
+    assert calls == [NODES, ["node-1"]]

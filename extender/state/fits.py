@@ -1,0 +1,142 @@
+"""Remembered per-node verdicts: what the allocator decided for a pod shape on a node, kept until
+one of its inputs changes.
+
+A filter asks the same question of every node, and the next pod usually asks it again: most pods
+are made from a handful of claim templates, and between two scheduling cycles a bind changes one
+node. So the verdict for a *pod shape* on a node — the claims' specs (``ObjectStore.claim_specs``)
+plus the node selectors of the pod's already-allocated claims — is kept and reused until it may be
+stale. The allocator's outcome on a node depends on nothing else than:
+
+- the node's view: its pools and devices, the selector verdicts on them (slices and node labels);
+- the allocated state of the devices of those pools (shared counters are pool-wide);
+- the DeviceClasses and the feature gates (fixed per service).
+
+Invalidation is pushed, exactly, by whoever sees a change: the ``ObjectStore`` drops the nodes whose
+views a slice change replaced (``SliceSnapshot.invalidated``), a node whose labels changed,
+everything on a DeviceClass change, and the nodes that depend on a pool when an allocation in it
+changes; the in-flight ledger does the same for its entries. Nodes register the pools their verdict
+depends on when it is stored.
+
+Errors are never kept (they name the pod's claims and fail the whole attempt); verdicts are either a
+detached ``Allocation`` (the claims fit) or ``(unresolvable, reason)``. The per-node ``DeviceUsage``
+that scoring needs follows the same rules. Pure data structure, no I/O.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+
+from extender.core.allocator import Allocation
+from extender.core.model import AllocationResult, DeviceID
+from extender.core.pools import NodeView
+from extender.core.scoring import DeviceUsage
+
+__all__ = ["DEFAULT_MAX_SHAPES", "FitCache", "FitCacheStats", "Verdict"]
+
+#: How many pod shapes keep verdicts. Each costs one dict entry and one small object per node.
+DEFAULT_MAX_SHAPES = 16
+
+#: A detached Allocation where the pod fits, else (unresolvable, reason).
+Verdict = Allocation | tuple[bool, str]
+PoolKey = tuple[str, str]
+
+
+@dataclass(slots=True)
+class FitCacheStats:
+    hits: int = 0
+    misses: int = 0
+    dropped: int = 0  # node verdicts dropped by invalidation
+
+
+class FitCache:
+    """Verdicts per pod shape and node, and device usage per node; see the module docstring."""
+
+    def __init__(self, *, max_shapes: int = DEFAULT_MAX_SHAPES) -> None:
+        if max_shapes < 1:
+            raise ValueError("max_shapes must be at least 1")
+        self.max_shapes = max_shapes
+        self.stats = FitCacheStats()
+        self._tables: OrderedDict[Hashable, dict[str, Verdict]] = OrderedDict()
+        self._usage: dict[str, DeviceUsage] = {}
+        # Which nodes have something remembered that depends on a pool, and the view each node
+        # registered with (a node registers again after it was dropped or its view changed).
+        self._dependents: dict[PoolKey, set[str]] = {}
+        self._registered: dict[str, NodeView] = {}
+
+    # --- reads and writes -------------------------------------------------------------------
+
+    def table(self, shape: Hashable) -> dict[str, Verdict]:
+        """The verdicts of one pod shape by node name; the caller reads and fills it directly
+        (after ``depends``). The least recently used shape beyond ``max_shapes`` is forgotten."""
+        table = self._tables.get(shape)
+        if table is None:
+            table = self._tables[shape] = {}
+            if len(self._tables) > self.max_shapes:
+                self._tables.popitem(last=False)
+        else:
+            self._tables.move_to_end(shape)
+        return table
+
+    def usage(self, node: str) -> DeviceUsage | None:
+        return self._usage.get(node)
+
+    def remember_usage(self, node: str, view: NodeView, usage: DeviceUsage) -> None:
+        self.depends(node, view)
+        self._usage[node] = usage
+
+    def depends(self, node: str, view: NodeView) -> None:
+        """Record that what is about to be remembered for ``node`` was computed from ``view``."""
+        if self._registered.get(node) is view:
+            return
+        self._registered[node] = view
+        for pool in view.pools:
+            key = (pool.driver, pool.name)
+            nodes = self._dependents.get(key)
+            if nodes is None:
+                self._dependents[key] = {node}
+            else:
+                nodes.add(node)
+
+    def __len__(self) -> int:
+        """Remembered node verdicts, over all shapes."""
+        return sum(len(table) for table in self._tables.values())
+
+    # --- invalidation ----------------------------------------------------------------------
+
+    def drop_nodes(self, nodes: Iterable[str]) -> None:
+        """Forget everything remembered for these nodes."""
+        nodes = tuple(nodes)
+        if not nodes:
+            return
+        for table in self._tables.values():
+            for node in nodes:
+                if table.pop(node, None) is not None:
+                    self.stats.dropped += 1
+        for node in nodes:
+            self._usage.pop(node, None)
+            self._registered.pop(node, None)
+
+    def drop_pools(self, pools: Iterable[PoolKey]) -> None:
+        """Forget everything remembered for nodes that see any of these pools."""
+        nodes: set[str] = set()
+        for pool in pools:
+            dependents = self._dependents.pop(pool, None)
+            if dependents:
+                nodes |= dependents
+        self.drop_nodes(nodes)
+
+    def drop_devices(self, devices: Iterable[DeviceID]) -> None:
+        """An allocation of these devices changed: forget what depends on their pools."""
+        self.drop_pools({(device.driver, device.pool) for device in devices})
+
+    def drop_allocation(self, allocation: AllocationResult) -> None:
+        self.drop_devices(result.device_id for result in allocation.devices)
+
+    def clear(self) -> None:
+        self.stats.dropped += len(self)
+        self._tables.clear()
+        self._usage.clear()
+        self._dependents.clear()
+        self._registered.clear()
