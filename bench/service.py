@@ -164,6 +164,17 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return values["VmRSS"], values["VmHWM"]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far, from /proc/PID/stat (0.0 where /proc is missing)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rpartition(")")[2].split()
+    except OSError:
+        return 0.0
+    # after the command name: state is field 3, utime and stime are fields 14 and 15 (1-based)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def stop(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
         process.send_signal(signal.SIGINT)  # aiohttp shuts down cleanly (and a profile gets written)
@@ -421,9 +432,11 @@ async def run_size(nodes: int, settings: Settings) -> Row:
             row.filter_p99_ms = percentile(latencies["filter"], 99)
             row.prioritize_p50_ms = percentile(latencies["prioritize"], 50)
             row.prioritize_p99_ms = percentile(latencies["prioritize"], 99)
+            server_cpu, client_cpu = cpu_seconds(process.pid), time.process_time()
             loop = await schedule_loop(
                 client, pods, binds_in_flight=settings.binds_in_flight, time_limit=settings.loop_seconds
             )
+            server_cpu, client_cpu = cpu_seconds(process.pid) - server_cpu, time.process_time() - client_cpu
         row.bound, row.unschedulable = loop.bound, loop.unschedulable
         row.requeued, row.bind_errors = loop.requeued, loop.bind_errors
         row.pods_per_s = loop.bound / loop.elapsed_s if loop.elapsed_s else 0.0
@@ -434,6 +447,9 @@ async def run_size(nodes: int, settings: Settings) -> Row:
             "loop_filter_p99_ms": percentile(loop.filter_ms, 99),
             "loop_prioritize_p50_ms": percentile(loop.prioritize_ms, 50),
             "loop_elapsed_s": loop.elapsed_s,
+            # CPU per bound pod over the loop: where the wall time goes on a 2-CPU machine
+            "loop_server_cpu_ms_per_pod": 1000 * server_cpu / max(1, loop.bound),
+            "loop_client_cpu_ms_per_pod": 1000 * client_cpu / max(1, loop.bound),
         }
         row.rss_mb, row.hwm_mb = rss_mb(process.pid)
     finally:
@@ -631,7 +647,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(row)
             print(
                 f"  {nodes} nodes: filter p99 {row.filter_p99_ms:.2f} ms, {row.pods_per_s:.0f} pods/s, "
-                f"cold {row.cold_start_s:.2f} s, RSS {row.rss_mb:.0f} MB",
+                f"cold {row.cold_start_s:.2f} s, RSS {row.rss_mb:.0f} MB; CPU per bound pod: "
+                f"server {row.extra.get('loop_server_cpu_ms_per_pod', 0):.2f} ms, "
+                f"client {row.extra.get('loop_client_cpu_ms_per_pod', 0):.2f} ms",
                 file=sys.stderr,
                 flush=True,
             )

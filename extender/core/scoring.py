@@ -20,7 +20,7 @@ noise.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import NamedTuple
@@ -37,15 +37,22 @@ from extender.core.model import (
 from extender.core.pools import SliceSnapshot
 
 __all__ = [
+    "BINPACK",
     "MAX_SCORE",
     "POLICY_NAMES",
+    "PRIORITIZED",
+    "SPREAD",
+    "TOPOLOGY",
     "DeviceUsage",
+    "RawScores",
     "ScoringCandidate",
     "ScoringPolicy",
     "binpack_scores",
+    "combine_raw_scores",
     "node_device_usage",
     "normalize_to_max",
     "prioritized_scores",
+    "raw_scores",
     "score_candidates",
     "spread_scores",
     "topology_scores",
@@ -205,15 +212,16 @@ def prioritized_scores(candidates: Sequence[ScoringCandidate]) -> dict[str, int]
     allocated in this cycle, and only those are walked, so pre-allocated claims can neither shift
     indices nor cause an error.
     """
-    raw: dict[str, int] = {}
-    for candidate in candidates:
-        total = 0
-        for per_claim in candidate.allocation.chosen_subrequests:
-            for index in per_claim:
-                if index is not None:
-                    total += _FIRST_AVAILABLE_MAX - index
-        raw[candidate.allocation.node] = total
-    return normalize_to_max(raw)
+    return normalize_to_max({c.allocation.node: _prioritized_raw(c) for c in candidates})
+
+
+def _prioritized_raw(candidate: ScoringCandidate) -> int:
+    total = 0
+    for per_claim in candidate.allocation.chosen_subrequests:
+        for index in per_claim:
+            if index is not None:
+                total += _FIRST_AVAILABLE_MAX - index
+    return total
 
 
 def topology_scores(candidates: Sequence[ScoringCandidate], attribute: str) -> dict[str, int]:
@@ -226,21 +234,22 @@ def topology_scores(candidates: Sequence[ScoringCandidate], attribute: str) -> d
     either side, so a pod with only such claims scores 10 everywhere (neutral). The score is not
     normalised across nodes: it is already an absolute measure.
     """
-    scores: dict[str, int] = {}
-    for candidate in candidates:
-        present = 0
-        possible = 0
-        allocation = candidate.allocation
-        for ids, devices in zip(allocation.picked_ids, allocation.picked, strict=True):
-            drivers = [device_id.driver for device_id in ids]
-            if len(devices) < 2:
-                continue
-            distinct = _distinct_values(attribute, devices, drivers)
-            present += len(devices) - distinct
-            possible += len(devices) - 1
-        fraction = Fraction(1) if possible == 0 else Fraction(present, possible)
-        scores[allocation.node] = _round_half_up(fraction * MAX_SCORE)
-    return scores
+    return {c.allocation.node: _topology_score(c, attribute) for c in candidates}
+
+
+def _topology_score(candidate: ScoringCandidate, attribute: str) -> int:
+    present = 0
+    possible = 0
+    allocation = candidate.allocation
+    for ids, devices in zip(allocation.picked_ids, allocation.picked, strict=True):
+        drivers = [device_id.driver for device_id in ids]
+        if len(devices) < 2:
+            continue
+        distinct = _distinct_values(attribute, devices, drivers)
+        present += len(devices) - distinct
+        possible += len(devices) - 1
+    fraction = Fraction(1) if possible == 0 else Fraction(present, possible)
+    return _round_half_up(fraction * MAX_SCORE)
 
 
 def _distinct_values(attribute: str, devices: Sequence[Device], drivers: Sequence[str]) -> int:
@@ -338,6 +347,22 @@ def _check_attribute_name(name: str) -> None:
         raise ValueError(f"topology attribute {name!r} must be fully qualified: <domain>/<name>")
 
 
+class RawScores(NamedTuple):
+    """What one candidate alone determines of its scores, before normalisation across nodes.
+    It depends only on the node's allocation and usage, so callers may remember it per node."""
+
+    used: int  # binpack / spread: devices in use once this pod is added, of ``total`` (> 0)
+    total: int
+    prioritized: int  # the sum of ``8 - index`` over firstAvailable requests
+    topology: int  # 0..10 for the policy's topology attribute; 0 without one
+
+
+def raw_scores(candidate: ScoringCandidate, topology_attribute: str | None = None) -> RawScores:
+    used, total = _used_fraction(candidate)
+    topology = _topology_score(candidate, topology_attribute) if topology_attribute is not None else 0
+    return RawScores(used, total, _prioritized_raw(candidate), topology)
+
+
 def score_candidates(candidates: Sequence[ScoringCandidate], policy: ScoringPolicy) -> dict[str, int]:
     """Each node's weighted average of the policies' 0..10 scores, rounded half up to 0..10.
 
@@ -348,28 +373,51 @@ def score_candidates(candidates: Sequence[ScoringCandidate], policy: ScoringPoli
     if len(set(nodes)) != len(nodes):
         duplicates = sorted({node for node in nodes if nodes.count(node) > 1})
         raise ValueError(f"score_candidates: node(s) given twice: {', '.join(duplicates)}")
-    total_weight = sum(policy.weights.values())
-    if not candidates or total_weight == 0:
-        return dict.fromkeys(nodes, 0)
-    sums = dict.fromkeys(nodes, 0)
-    for name, weight in policy.weights.items():
-        if weight == 0:
-            continue
-        for node, score in _policy_function(name, policy)(candidates).items():
-            sums[node] += weight * score
-    return {node: _divide_half_up(total, total_weight) for node, total in sums.items()}
+    attribute = policy.topology_attribute if policy.weights.get(TOPOLOGY) else None
+    return combine_raw_scores({c.allocation.node: raw_scores(c, attribute) for c in candidates}, policy)
 
 
-_PolicyFunction = Callable[[Sequence[ScoringCandidate]], dict[str, int]]
+def combine_raw_scores(raw: Mapping[str, RawScores], policy: ScoringPolicy) -> dict[str, int]:
+    """``score_candidates`` from each node's ``RawScores`` (computed with the policy's topology
+    attribute when topology has a weight).
 
-
-def _policy_function(name: str, policy: ScoringPolicy) -> _PolicyFunction:
-    if name == BINPACK:
-        return binpack_scores
-    if name == SPREAD:
-        return spread_scores
-    if name == PRIORITIZED:
-        return prioritized_scores
-    attribute = policy.topology_attribute
-    assert attribute is not None  # ScoringPolicy.__post_init__ guarantees it
-    return lambda candidates: topology_scores(candidates, attribute)
+    One pass finds each policy's best raw value, a second one scores every node; the arithmetic is
+    that of ``_normalize_ratios`` / ``normalize_to_max`` and ``_divide_half_up``, inlined because
+    prioritize runs it over every fitting node.
+    """
+    weights = policy.weights
+    total_weight = sum(weights.values())
+    if not raw or total_weight == 0:
+        return dict.fromkeys(raw, 0)
+    w_binpack, w_spread = weights.get(BINPACK, 0), weights.get(SPREAD, 0)
+    w_prioritized, w_topology = weights.get(PRIORITIZED, 0), weights.get(TOPOLOGY, 0)
+    # best ratios as (numerator, denominator); best prioritized sum
+    bin_num, bin_den, spread_num, spread_den, best_prioritized = 0, 1, 0, 1, 0
+    for r in raw.values():
+        if r.used * bin_den > bin_num * r.total:
+            bin_num, bin_den = r.used, r.total
+        free = r.total - r.used
+        if free * spread_den > spread_num * r.total:
+            spread_num, spread_den = free, r.total
+        if r.prioritized > best_prioritized:
+            best_prioritized = r.prioritized
+    if bin_num <= 0:
+        w_binpack = 0  # every node scores 0 for it
+    if spread_num <= 0:
+        w_spread = 0
+    if best_prioritized <= 0:
+        w_prioritized = 0
+    bin_scale, spread_scale = MAX_SCORE * bin_den, MAX_SCORE * spread_den
+    prioritized_scale = MAX_SCORE
+    double_weight = 2 * total_weight
+    out: dict[str, int] = {}
+    for node, r in raw.items():
+        total = w_topology * r.topology
+        if w_binpack:
+            total += w_binpack * ((r.used * bin_scale) // (r.total * bin_num))
+        if w_spread:
+            total += w_spread * (((r.total - r.used) * spread_scale) // (r.total * spread_num))
+        if w_prioritized:
+            total += w_prioritized * ((r.prioritized * prioritized_scale) // best_prioritized)
+        out[node] = (2 * total + total_weight) // double_weight
+    return out

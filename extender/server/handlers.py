@@ -8,6 +8,7 @@ and fatal problems, and any unexpected exception (logged with its traceback), go
 from __future__ import annotations
 
 import time
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -51,7 +52,7 @@ log = structlog.get_logger()
 async def read_json(request: web.Request) -> Any:
     """The parsed body; BadRequest if empty or not JSON (413 is raised by ``read`` itself)."""
     body = await request.read()
-    if not body.strip():
+    if not body or body.isspace():  # not body.strip(): no copy of a body with a trailing newline
         raise BadRequest("request body is empty; expected a JSON object")
     try:
         return orjson.loads(body)
@@ -130,6 +131,9 @@ def _filter_answer_for(args: ExtenderArgs, exc: Exception) -> dict[str, Any]:
     return filter_result(args, [], failed=reasons, unresolvable={})
 
 
+_SCORE = itemgetter("Score")
+
+
 async def prioritize(request: web.Request) -> web.Response:
     """HostPriorityList. It has no Error field and the scheduler ignores prioritize failures, so a
     failure answers ``[]``: no extender score for any node, the same as a neutral opinion."""
@@ -148,7 +152,7 @@ async def prioritize(request: web.Request) -> web.Response:
                 log.exception("prioritize.crashed", pod=args.pod_key)
             return json_response([])
         answer = priority_list(scores)
-        best = max(answer, key=lambda entry: entry["Score"], default=None)
+        best = max(answer, key=_SCORE, default=None)
         log.info(
             "prioritize.scored",
             pod=args.pod_key,

@@ -178,6 +178,17 @@ def _check_node(raw: Any, index: int) -> str:
     return name
 
 
+def _non_empty_strings(values: list[Any]) -> bool:
+    """``all(isinstance(v, str) and v for v in values)`` without a bytecode step per item, since
+    NodeNames carries every node of the cluster: ``str.join`` accepts only strings (subclasses too),
+    then ``all`` rejects the empty ones; both loops run in C."""
+    try:
+        "".join(values)
+    except TypeError:
+        return False
+    return all(values)
+
+
 def parse_extender_args(body: Any) -> ExtenderArgs:
     """ExtenderArgs: ``Pod`` required; ``Nodes`` (a NodeList) or ``NodeNames`` (strings) required.
 
@@ -194,9 +205,9 @@ def parse_extender_args(body: Any) -> ExtenderArgs:
         raise BadRequest("one of Nodes or NodeNames is required")
     names: list[str] | None = None
     if raw_names is not None:
-        if not isinstance(raw_names, list) or not all(isinstance(n, str) and n for n in raw_names):
+        if not isinstance(raw_names, list) or not _non_empty_strings(raw_names):
             raise BadRequest("NodeNames must be an array of non-empty strings")
-        names = list(raw_names)
+        names = raw_names  # the request's own freshly parsed list: no copy
     if raw_list is None:
         assert names is not None
         return ExtenderArgs(pod=pod, node_names=names)
@@ -263,8 +274,16 @@ def error_filter_result(args: ExtenderArgs | None, error: str) -> dict[str, Any]
 
 
 def priority_list(scores: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
-    """HostPriorityList; scores are clamped to 0..10 because the scheduler does not clamp them."""
-    return [{"Host": node, "Score": max(0, min(10, int(score)))} for node, score in scores]
+    """HostPriorityList; scores are clamped to 0..10 because the scheduler does not clamp them.
+    A score that already is an int in range (the usual case) is taken as is: this runs per node."""
+    return [
+        {"Host": node, "Score": score if type(score) is int and 0 <= score <= 10 else _clamp(score)}
+        for node, score in scores
+    ]
+
+
+def _clamp(score: Any) -> int:
+    return max(0, min(10, int(score)))
 
 
 def binding_result(error: str = "") -> dict[str, str]:

@@ -19,7 +19,8 @@ depends on when it is stored.
 
 Errors are never kept (they name the pod's claims and fail the whole attempt); verdicts are either a
 detached ``Allocation`` (the claims fit) or ``(unresolvable, reason)``. The per-node ``DeviceUsage``
-that scoring needs follows the same rules. Pure data structure, no I/O.
+and a shape's per-node ``RawScores`` (what prioritize derives from a verdict and the usage) follow
+the same rules. Pure data structure, no I/O.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from dataclasses import dataclass
 from extender.core.allocator import Allocation
 from extender.core.model import AllocationResult, DeviceID
 from extender.core.pools import NodeView
-from extender.core.scoring import DeviceUsage
+from extender.core.scoring import DeviceUsage, RawScores
 
-__all__ = ["DEFAULT_MAX_SHAPES", "FitCache", "FitCacheStats", "Verdict"]
+__all__ = ["DEFAULT_MAX_SHAPES", "FitCache", "FitCacheStats", "ShapeVerdicts", "Verdict"]
 
 #: How many pod shapes keep verdicts. Each costs one dict entry and one small object per node.
 DEFAULT_MAX_SHAPES = 16
@@ -50,6 +51,42 @@ class FitCacheStats:
     dropped: int = 0  # node verdicts dropped by invalidation
 
 
+class ShapeVerdicts:
+    """The remembered verdicts of one pod shape.
+
+    ``by_node`` holds every verdict; ``failing`` only those where the pod does not fit, usually a
+    few nodes, so a filter can pass all the others without looking at each verdict. ``raw`` holds
+    the scores prioritize derived from the allocations, per topology attribute; they are dropped
+    together with the verdict of their node.
+    """
+
+    __slots__ = ("by_node", "failing", "raw")
+
+    def __init__(self) -> None:
+        self.by_node: dict[str, Verdict] = {}
+        self.failing: dict[str, tuple[bool, str]] = {}
+        self.raw: dict[str | None, dict[str, RawScores]] = {}
+
+    def put(self, node: str, verdict: Verdict) -> None:
+        self.by_node[node] = verdict
+        if isinstance(verdict, tuple):
+            self.failing[node] = verdict
+        else:
+            self.failing.pop(node, None)
+
+    def drop(self, node: str) -> bool:
+        self.failing.pop(node, None)
+        for raw in self.raw.values():
+            raw.pop(node, None)
+        return self.by_node.pop(node, None) is not None
+
+    def raw_scores(self, topology_attribute: str | None) -> dict[str, RawScores]:
+        raw = self.raw.get(topology_attribute)
+        if raw is None:
+            raw = self.raw[topology_attribute] = {}
+        return raw
+
+
 class FitCache:
     """Verdicts per pod shape and node, and device usage per node; see the module docstring."""
 
@@ -58,7 +95,7 @@ class FitCache:
             raise ValueError("max_shapes must be at least 1")
         self.max_shapes = max_shapes
         self.stats = FitCacheStats()
-        self._tables: OrderedDict[Hashable, dict[str, Verdict]] = OrderedDict()
+        self._tables: OrderedDict[Hashable, ShapeVerdicts] = OrderedDict()
         self._usage: dict[str, DeviceUsage] = {}
         # Which nodes have something remembered that depends on a pool, and the view each node
         # registered with (a node registers again after it was dropped or its view changed).
@@ -67,12 +104,12 @@ class FitCache:
 
     # --- reads and writes -------------------------------------------------------------------
 
-    def table(self, shape: Hashable) -> dict[str, Verdict]:
-        """The verdicts of one pod shape by node name; the caller reads and fills it directly
-        (after ``depends``). The least recently used shape beyond ``max_shapes`` is forgotten."""
+    def table(self, shape: Hashable) -> ShapeVerdicts:
+        """The verdicts of one pod shape; the caller reads and fills it directly (after
+        ``depends``). The least recently used shape beyond ``max_shapes`` is forgotten."""
         table = self._tables.get(shape)
         if table is None:
-            table = self._tables[shape] = {}
+            table = self._tables[shape] = ShapeVerdicts()
             if len(self._tables) > self.max_shapes:
                 self._tables.popitem(last=False)
         else:
@@ -101,7 +138,7 @@ class FitCache:
 
     def __len__(self) -> int:
         """Remembered node verdicts, over all shapes."""
-        return sum(len(table) for table in self._tables.values())
+        return sum(len(table.by_node) for table in self._tables.values())
 
     # --- invalidation ----------------------------------------------------------------------
 
@@ -112,7 +149,7 @@ class FitCache:
             return
         for table in self._tables.values():
             for node in nodes:
-                if table.pop(node, None) is not None:
+                if table.drop(node):
                     self.stats.dropped += 1
         for node in nodes:
             self._usage.pop(node, None)

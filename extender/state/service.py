@@ -39,10 +39,19 @@ from extender.core.errors import (
 )
 from extender.core.explain import explain_node
 from extender.core.model import AllocationResult, DeviceID, Features, NodeInfo, ResourceClaim, UnparsedVersion
-from extender.core.scoring import DeviceUsage, ScoringCandidate, ScoringPolicy, node_device_usage, score_candidates
+from extender.core.scoring import (
+    TOPOLOGY,
+    DeviceUsage,
+    RawScores,
+    ScoringCandidate,
+    ScoringPolicy,
+    combine_raw_scores,
+    node_device_usage,
+    raw_scores,
+)
 from extender.state.backend import Backend
 from extender.state.claims import PodClaims, pod_identity, reserved_for, resolve_pod_claims
-from extender.state.fits import Verdict
+from extender.state.fits import ShapeVerdicts, Verdict
 from extender.state.ledger import InFlightLedger
 
 __all__ = [
@@ -163,19 +172,19 @@ class SchedulingService:
         selectors = tuple(c.allocation.node_selector for c in claims.allocated if c.allocation is not None)
         return tuple(specs), selectors
 
-    def _verdicts(self, claims: PodClaims, node_names: Sequence[str]) -> Mapping[str, Verdict]:
+    def _verdicts(self, claims: PodClaims, node_names: Sequence[str]) -> ShapeVerdicts:
         """Per node: a detached Allocation (the claims fit) or (unresolvable, reason). Verdicts come
         from the FitCache where remembered; the allocator runs for the other nodes only. Raises
         the ExtenderError that fails the whole attempt."""
         self._refresh()
         fits = self.store.fits
         shape = self._shape(claims)
-        table: dict[str, Verdict] = fits.table(shape) if shape is not None else {}
-        missing = [name for name in node_names if name not in table]
-        fits.stats.hits += len(node_names) - len(missing)
-        if not missing:
+        table = fits.table(shape) if shape is not None else ShapeVerdicts()
+        unknown = set(node_names).difference(table.by_node)
+        fits.stats.hits += len(node_names) - len(unknown)
+        if not unknown:
             return table
-        missing = list(dict.fromkeys(missing))
+        missing = list(dict.fromkeys(name for name in node_names if name in unknown))  # in request order
         fits.stats.misses += len(missing)
         allocator = self._allocator(claims)
         nodes = [self.store.node(name) for name in missing]
@@ -190,7 +199,7 @@ class SchedulingService:
             view = allocator.snapshot.cached_view(node, self.features)
             if view is not None:  # else decided from the node's labels alone (claim not available)
                 fits.depends(node.name, view)
-            table[node.name] = verdict
+            table.put(node.name, verdict)
         return table
 
     def _why_not(self, allocator: Allocator, node: NodeInfo) -> tuple[bool, str]:
@@ -239,16 +248,17 @@ class SchedulingService:
             verdicts = self._verdicts(claims, node_names)
         except ExtenderError as exc:
             return FilterOutcome([], error=exc.reason)
-        result = FilterOutcome([])
-        passed, failed, unresolvable = result.node_names, result.failed, result.unresolvable
-        for name in node_names:
-            verdict = verdicts[name]
-            if verdict.__class__ is tuple:
-                is_unresolvable, reason = verdict
-                (unresolvable if is_unresolvable else failed)[name] = reason
-            else:
-                passed.append(name)
-        if not passed and self.on_rejected is not None:
+        failing = verdicts.failing
+        if not failing or failing.keys().isdisjoint(node_names):
+            result = FilterOutcome(list(node_names))
+        else:
+            result = FilterOutcome([name for name in node_names if name not in failing])
+            for name in node_names:
+                verdict = failing.get(name)
+                if verdict is not None:
+                    is_unresolvable, reason = verdict
+                    (result.unresolvable if is_unresolvable else result.failed)[name] = reason
+        if not result.node_names and self.on_rejected is not None:
             self.on_rejected(pod)
         return result
 
@@ -319,14 +329,24 @@ class SchedulingService:
             return [(name, 0) for name in node_names]
         policy = self._policy_for(pod)
         verdicts = self._verdicts(claims, node_names)
-        usage = self._usage(name for name in node_names if verdicts[name].__class__ is not tuple)
-        candidates = [
-            ScoringCandidate(verdict, usage[name])
-            for name in node_names
-            if isinstance(verdict := verdicts[name], Allocation)
-        ]
-        scores = score_candidates(candidates, policy)
-        return [(name, scores.get(name, 0)) for name in node_names]
+        failing = verdicts.failing
+        fitting = [name for name in node_names if name not in failing]
+        if len(set(fitting)) != len(fitting):
+            twice = sorted({name for name in fitting if fitting.count(name) > 1})
+            raise ValueError(f"prioritize: node(s) given twice: {', '.join(twice)}")
+        attribute = policy.topology_attribute if policy.weights.get(TOPOLOGY) else None
+        remembered = verdicts.raw_scores(attribute)
+        usage = self._usage(name for name in fitting if name not in remembered)
+        raw: dict[str, RawScores] = {}
+        for name in fitting:
+            scores = remembered.get(name)
+            if scores is None:
+                allocation = verdicts.by_node[name]
+                assert isinstance(allocation, Allocation)
+                scores = remembered[name] = raw_scores(ScoringCandidate(allocation, usage[name]), attribute)
+            raw[name] = scores
+        combined = combine_raw_scores(raw, policy)
+        return [(name, combined.get(name, 0)) for name in node_names]
 
     def _usage(self, node_names: Iterable[str]) -> dict[str, DeviceUsage]:
         """Device usage per node, from the FitCache where remembered."""

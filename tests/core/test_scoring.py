@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from extender.core.allocator import Allocation
 from extender.core.model import (
@@ -30,9 +32,11 @@ from extender.core.pools import SliceSnapshot
 from extender.core.scoring import (
     MAX_SCORE,
     DeviceUsage,
+    RawScores,
     ScoringCandidate,
     ScoringPolicy,
     binpack_scores,
+    combine_raw_scores,
     node_device_usage,
     normalize_to_max,
     prioritized_scores,
@@ -377,3 +381,37 @@ def test_node_device_usage_counts_usable_pools_and_what_others_hold() -> None:
 def test_node_device_usage_of_a_node_without_slices_is_zero() -> None:
     usage = node_device_usage(SliceSnapshot([]), NODE, AllocatedState(), Features())
     assert usage == DeviceUsage(total=0, in_use=0)
+
+
+# --- the combined arithmetic ------------------------------------------------------------------
+
+
+def _reference_combination(raw: Mapping[str, RawScores], policy: ScoringPolicy) -> dict[str, int]:
+    """The definition, policy by policy with Fractions: what combine_raw_scores inlines."""
+    total_weight = sum(policy.weights.values())
+    if not raw or total_weight == 0:
+        return dict.fromkeys(raw, 0)
+    per_policy = {
+        "binpack": normalize_to_max({n: Fraction(r.used, r.total) for n, r in raw.items()}),
+        "spread": normalize_to_max({n: Fraction(r.total - r.used, r.total) for n, r in raw.items()}),
+        "prioritized": normalize_to_max({n: r.prioritized for n, r in raw.items()}),
+        "topology": {n: r.topology for n, r in raw.items()},
+    }
+    sums = {n: sum(w * per_policy[name][n] for name, w in policy.weights.items()) for n in raw}
+    return {n: (2 * s + total_weight) // (2 * total_weight) for n, s in sums.items()}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    nodes=st.lists(
+        st.tuples(st.integers(1, 64), st.integers(0, 64), st.integers(0, 24), st.integers(0, 10)), max_size=12
+    ),
+    weights=st.tuples(st.integers(0, 4), st.integers(0, 4), st.integers(0, 4), st.integers(0, 4)),
+)
+def test_combined_scores_equal_the_policy_by_policy_definition(
+    nodes: list[tuple[int, int, int, int]], weights: tuple[int, int, int, int]
+) -> None:
+    raw = {f"node-{i}": RawScores(min(used, total), total, p, t) for i, (total, used, p, t) in enumerate(nodes)}
+    names = ("binpack", "spread", "prioritized", "topology")
+    policy = ScoringPolicy(weights=dict(zip(names, weights, strict=True)), topology_attribute=ROOT)
+    assert combine_raw_scores(raw, policy) == _reference_combination(raw, policy)

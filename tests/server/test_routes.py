@@ -306,7 +306,9 @@ async def test_each_app_has_its_own_registry(make_client: MakeClient) -> None:
     ("body", "message"),
     [
         (b"", "request body is empty"),
+        (b" \r\n\t\x0b\x0c", "request body is empty"),  # only ASCII whitespace
         (b"{not json", "request body is not valid JSON"),
+        (b"\n{not json\n", "request body is not valid JSON"),
         (b"[1, 2]", "request body must be a JSON object, not an array"),
         (b"null", "request body must be a JSON object, not null"),
     ],

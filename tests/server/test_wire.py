@@ -133,6 +133,32 @@ def test_malformed_extender_args_name_the_problem(body: Any, message: str) -> No
     assert message in info.value.message
 
 
+@pytest.mark.parametrize(
+    "names",
+    [
+        [None],
+        [0],
+        [False],
+        [["n1"]],  # truthy but not a string
+        [{"name": "n1"}],
+        [1.5],
+        ["n1", "n2", ""],  # the empty one last
+        ["n1", None, "n2"],
+    ],
+)
+def test_node_names_must_all_be_non_empty_strings(names: list[Any]) -> None:
+    with pytest.raises(BadRequest) as info:
+        parse_extender_args({"Pod": pod(), "Nodes": None, "NodeNames": names})
+    assert info.value.message == "NodeNames must be an array of non-empty strings"
+
+
+def test_node_names_of_a_str_subclass_are_accepted() -> None:
+    class Name(str):
+        pass
+
+    assert parse_extender_args({"Pod": pod(), "NodeNames": [Name("n1"), "n2"]}).node_names == ["n1", "n2"]
+
+
 def test_binding_args() -> None:
     args = parse_binding_args({"PodName": "p", "PodNamespace": "ns", "PodUID": "u", "Node": "n1"})
     assert (args.pod_name, args.pod_namespace, args.pod_uid, args.node, args.pod_key) == ("p", "ns", "u", "n1", "ns/p")
@@ -193,3 +219,16 @@ def test_scores_are_clamped_to_the_extender_range() -> None:
         {"Host": "b", "Score": 0},
         {"Host": "c", "Score": 7},
     ]
+
+
+def test_scores_are_plain_ints_whatever_the_service_returns() -> None:
+    answer = priority_list([("a", 0), ("b", 10), ("c", 7.9), ("d", True), ("e", 10.5), ("f", -0.5)])  # type: ignore[list-item]
+    assert answer == [
+        {"Host": "a", "Score": 0},
+        {"Host": "b", "Score": 10},
+        {"Host": "c", "Score": 7},
+        {"Host": "d", "Score": 1},
+        {"Host": "e", "Score": 10},
+        {"Host": "f", "Score": 0},
+    ]
+    assert all(type(entry["Score"]) is int for entry in answer)  # never a bool or a float on the wire

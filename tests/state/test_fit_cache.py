@@ -89,7 +89,7 @@ def cached_filter(svc: SchedulingService, pod: dict[str, Any], names: list[str])
         if claims.all:
             verdicts = svc._verdicts(claims, names)
             for name in outcome.node_names:
-                verdict = verdicts[name]
+                verdict = verdicts.by_node[name]
                 assert isinstance(verdict, Allocation)
                 picks[name] = (verdict.consumed_devices, verdict.chosen_subrequests, verdict.picked_ids)
     return outcome.node_names, outcome.failed, outcome.unresolvable, outcome.error, picks
@@ -198,9 +198,8 @@ async def schedule_one(svc: SchedulingService, pod: dict[str, Any], names: list[
 @pytest.mark.parametrize("seed", [1, 2, 3])
 async def test_remembered_verdicts_equal_fresh_ones_through_random_changes(seed: int) -> None:
     objects = gen.generate(SPEC)
-    svc = SchedulingService(
-        backend=EmbeddedBackend(objects), scoring=ScoringPolicy.parse("binpack=2,prioritized=1,spread=1")
-    )
+    policy = ScoringPolicy.parse("binpack=2,prioritized=1,spread=1,topology:resource.kubernetes.io/pcieRoot=1")
+    svc = SchedulingService(backend=EmbeddedBackend(objects), scoring=policy)
     rng = random.Random(seed)
     names = sorted(svc.store.nodes)
     pending = gen.pods_of(objects)
@@ -269,12 +268,12 @@ def _view_with_pool(driver: str, pool: str) -> Any:
 
 def test_shapes_are_forgotten_least_recently_used_first() -> None:
     fits = FitCache(max_shapes=2)
-    fits.table("a")["node-1"] = (False, "x")
-    fits.table("b")["node-1"] = (False, "x")
+    fits.table("a").put("node-1", (False, "x"))
+    fits.table("b").put("node-1", (False, "x"))
     fits.table("a")  # used again: "b" is now the oldest
     fits.table("c")
-    assert "node-1" in fits.table("a")
-    assert fits.table("b") == {}
+    assert "node-1" in fits.table("a").by_node
+    assert fits.table("b").by_node == {}
     with pytest.raises(ValueError):
         FitCache(max_shapes=0)
 
@@ -286,17 +285,17 @@ def test_pool_invalidation_drops_exactly_the_dependent_nodes() -> None:
     view_b = _view_with_pool("driver-a", "pool-b")
     for node, view in (("node-a", view_a), ("node-b", view_b)):
         fits.depends(node, view)
-        table[node] = (False, "cannot allocate all claims")
+        table.put(node, (False, "cannot allocate all claims"))
     fits.drop_devices([DeviceID("driver-a", "pool-a", "device-1")])
-    assert set(table) == {"node-b"}
+    assert set(table.by_node) == set(table.failing) == {"node-b"}
     fits.drop_devices([DeviceID("driver-a", "pool-a", "device-1")])  # nobody depends on it any more
-    assert set(table) == {"node-b"}
+    assert set(table.by_node) == {"node-b"}
     fits.depends("node-a", view_a)  # registers again after it was dropped
-    table["node-a"] = (False, "x")
+    table.put("node-a", (False, "x"))
     fits.drop_pools([("driver-a", "pool-a")])
-    assert set(table) == {"node-b"}
+    assert set(table.by_node) == {"node-b"}
     fits.drop_nodes(["node-b"])
-    assert table == {} and len(fits) == 0
+    assert table.by_node == {} and table.failing == {} and len(fits) == 0
 
 
 def _result(device: str, share: str | None = None, memory: str | None = None, admin: bool = False) -> DeviceResult:
