@@ -23,6 +23,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import structlog
 
 from extender.core.allocator import Allocation, Allocator
@@ -493,7 +494,7 @@ class SchedulingService:
         if attempt == 0:
             cached = self.store.raw_claims.get(claim.key)
             if cached is not None:
-                return copy.deepcopy(cached)
+                return _json_copy(cached)
         return await self.backend.get_claim(claim.namespace, claim.name)
 
     async def _write_allocation(
@@ -639,6 +640,15 @@ def _attribute_json(value: object) -> object:
     if isinstance(value, UnparsedVersion):
         return value.text
     return str(value)
+
+
+def _json_copy(raw: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a JSON object (what the store keeps), several times cheaper than deepcopy."""
+    try:
+        copied: dict[str, Any] = orjson.loads(orjson.dumps(raw))
+    except TypeError:  # not plain JSON after all (orjson.JSONEncodeError)
+        return copy.deepcopy(raw)
+    return copied
 
 
 def _now() -> str:

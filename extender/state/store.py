@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from extender.core.cel import SelectorCache
-from extender.core.convert import decode_object
+from extender.core.convert import decode_object, decode_resource_claim
 from extender.core.errors import InvalidObject
 from extender.core.model import (
     AllocatedState,
@@ -130,11 +130,15 @@ class AllocationIndex:
             state.consumed_capacity.pop(device, None)
 
 
-def _spec_key(raw: Mapping[str, Any]) -> bytes:
+def _spec_key(raw: Mapping[str, Any]) -> bytes | None:
     """A claim's apiVersion and spec as canonical bytes: equal for claims the allocator cannot
-    tell apart (template claims of one template), so they share remembered verdicts."""
+    tell apart (template claims of one template), so they share remembered verdicts. None when
+    the spec is not plain JSON (then nothing is shared)."""
     version = str(raw.get("apiVersion") or "").encode()
-    return version + b"\0" + orjson.dumps(raw.get("spec"), option=orjson.OPT_SORT_KEYS)
+    try:
+        return version + b"\0" + orjson.dumps(raw.get("spec"), option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # orjson.JSONEncodeError: e.g. non-string keys from YAML
+        return None
 
 
 class ObjectStore:
@@ -172,7 +176,16 @@ class ObjectStore:
             self.pods[key] = raw
             self.revision += 1
             return
-        obj = decode_object(raw)  # raises before anything changes
+        spec_key: bytes | None = None
+        if kind == "ResourceClaim":
+            spec_key = _spec_key(raw)
+            old_claim = self.claims.get(key)
+            same = None
+            if old_claim is not None and spec_key is not None and self.claim_specs.get(key) == spec_key:
+                same = old_claim
+            obj: object = decode_resource_claim(raw, same_spec_as=same)  # raises before anything changes
+        else:
+            obj = decode_object(raw)  # raises before anything changes
         self.revision += 1
         if isinstance(obj, DeviceClass):
             self.classes[key] = obj
@@ -180,7 +193,10 @@ class ObjectStore:
         elif isinstance(obj, ResourceClaim):
             self.claims[key] = obj
             self.raw_claims[key] = raw
-            self.claim_specs[key] = _spec_key(raw)
+            if spec_key is None:
+                self.claim_specs.pop(key, None)
+            else:
+                self.claim_specs[key] = spec_key
             self.fits.drop_devices(self._allocations.set(key, obj.allocation))
         elif isinstance(obj, ResourceClaimTemplate):
             self.templates[key] = obj

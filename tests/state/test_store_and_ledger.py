@@ -78,6 +78,27 @@ def test_malformed_claim_is_rejected_and_changes_nothing() -> None:
     assert store.claims == {} and store.revision == before
 
 
+def test_a_status_update_reuses_the_decoded_spec_and_a_changed_spec_is_decoded_again() -> None:
+    store = ObjectStore()
+    store.upsert(raw_claim("c1"))
+    first = store.claims["default/c1"]
+    store.upsert(raw_claim("c1", ["node-1/d1"]))  # a bind: same spec, new status
+    allocated = store.claims["default/c1"]
+    assert allocated.requests is first.requests and allocated.allocation is not None
+    changed = raw_claim("c1", ["node-1/d1"])
+    changed["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    store.upsert(changed)
+    assert store.claims["default/c1"].requests[0].exactly.count == 2  # type: ignore[union-attr]
+    bad = raw_claim("c1")
+    bad["spec"]["devices"]["requests"][0]["exactly"]["count"] = -1  # invalid, not reused from before
+    with pytest.raises(InvalidObject, match="count"):
+        store.upsert(bad)
+    unshareable = raw_claim("c2")
+    unshareable["spec"]["devices"]["config"] = [{"opaque": {"driver": "d", "parameters": {1: "x"}}}]
+    store.upsert(unshareable)  # a non-string key (YAML): decoded, just not part of any shape
+    assert "default/c2" in store.claims and "default/c2" not in store.claim_specs
+
+
 def test_snapshot_keeps_unaffected_node_views_warm() -> None:
     store = ObjectStore()
     for i in range(1, 4):

@@ -118,13 +118,22 @@ def _selectors(raw: object, path: str) -> tuple[str | None, ...]:
 # --- ResourceClaim --------------------------------------------------------------------------------
 
 
-def decode_resource_claim(raw: object, *, api_version: str | None = None) -> ResourceClaim:
-    """Decode a ResourceClaim (spec and status) in any served version; raises ``InvalidObject``."""
+def decode_resource_claim(
+    raw: object, *, api_version: str | None = None, same_spec_as: ResourceClaim | None = None
+) -> ResourceClaim:
+    """Decode a ResourceClaim (spec and status) in any served version; raises ``InvalidObject``.
+
+    ``same_spec_as``: an earlier decoding of a claim whose ``spec`` (and apiVersion) the caller knows
+    to be identical to this one's; its requests, constraints and config are reused instead of
+    decoded again (a claim's spec is immutable, while its status changes with every bind)."""
     body = object_dict(raw, "ResourceClaim")
     version = check_type(body, "ResourceClaim", api_version)
     meta, name, namespace = object_name(body, "ResourceClaim", namespaced=True)
     with reported_as(f"ResourceClaim {namespace}/{name}"):
-        requests, constraints, config = _claim_spec(body.get("spec"), "spec", version in FLAT_VERSIONS)
+        if same_spec_as is not None and same_spec_as.api_version == version:
+            requests, constraints, config = same_spec_as.requests, same_spec_as.constraints, same_spec_as.config
+        else:
+            requests, constraints, config = _claim_spec(body.get("spec"), "spec", version in FLAT_VERSIONS)
         status = mapping(body.get("status"), "status")
         raw_allocation = status.get("allocation")
         reserved = sequence(status.get("reservedFor"), "status.reservedFor")
