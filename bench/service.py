@@ -52,6 +52,7 @@ import aiohttp
 import orjson
 
 from bench import cluster_gen
+from bench.http_client import LeanClient
 
 __all__ = ["Row", "main", "run_size"]
 
@@ -189,23 +190,20 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 class Client:
-    """The extender verbs as kube-scheduler sends them (nodeCacheCapable: NodeNames only)."""
+    """The extender verbs as kube-scheduler sends them (nodeCacheCapable: NodeNames only), over
+    ``bench.http_client.LeanClient`` (see there why not aiohttp's client)."""
 
-    def __init__(self, session: aiohttp.ClientSession, base: str, node_names: list[str]) -> None:
-        self.session = session
-        self.base = base
+    def __init__(self, http: LeanClient, node_names: list[str]) -> None:
+        self.http = http
         self.node_names = node_names
 
     async def post(self, verb: str, body: Any) -> tuple[Any, float]:
         data = orjson.dumps(body)
         start = time.perf_counter()
-        async with self.session.post(
-            f"{self.base}/{verb}", data=data, headers={"Content-Type": "application/json"}
-        ) as response:
-            raw = await response.read()
-            elapsed = (time.perf_counter() - start) * 1000
-            if response.status != 200:
-                raise RuntimeError(f"{verb}: HTTP {response.status}: {raw[:200]!r}")
+        status, raw = await self.http.post(f"/{verb}", data)
+        elapsed = (time.perf_counter() - start) * 1000
+        if status != 200:
+            raise RuntimeError(f"{verb}: HTTP {status}: {raw[:200]!r}")
         return orjson.loads(raw), elapsed
 
     async def filter(self, pod: dict[str, Any], nodes: list[str] | None = None) -> tuple[dict[str, Any], float]:
@@ -250,7 +248,9 @@ async def cold_start(
     try:
         async with aiohttp.ClientSession() as session:
             await wait_ready(session, base, process, timeout)
-            answer, _ = await Client(session, base, node_names).filter(probe)
+        host, _, port = base.removeprefix("http://").partition(":")
+        async with LeanClient(host, int(port), 1) as http:
+            answer, _ = await Client(http, node_names).filter(probe)
             if answer.get("Error"):
                 raise RuntimeError(f"first filter answered Error: {answer['Error']}")
     except BaseException:
@@ -422,9 +422,8 @@ async def run_size(nodes: int, settings: Settings) -> Row:
         command += ["--profile", str(settings.profile_dir / f"server-{nodes}.prof")]
     row.cold_start_s, process = await cold_start(command, base, probes[0], node_names, timeout=600)
     try:
-        connector = aiohttp.TCPConnector(limit=settings.binds_in_flight + 4)
-        async with aiohttp.ClientSession(connector=connector) as session:
-            client = Client(session, base, node_names)
+        async with LeanClient("127.0.0.1", port, settings.binds_in_flight + 4) as http:
+            client = Client(http, node_names)
             latencies = await probe_latencies(client, probes, settings.probe_requests, settings.probe_seconds)
             row.extra["filter_samples"] = len(latencies["filter"])
             row.extra["prioritize_samples"] = len(latencies["prioritize"])
