@@ -163,7 +163,8 @@ class SchedulingService:
 
     def _shape(self, claims: PodClaims) -> Hashable | None:
         """What the allocator's verdict on a node depends on, of the pod: its claims' specs and the
-        node selectors of its allocated claims. None when a claim's spec is unknown."""
+        node selectors of its allocated claims (and the feature gates, in case two services share
+        a store). None when a claim's spec is unknown."""
         specs: list[bytes] = []
         for claim in claims.to_allocate:
             spec = self.store.claim_specs.get(claim.key)
@@ -171,7 +172,7 @@ class SchedulingService:
                 return None
             specs.append(spec)
         selectors = tuple(c.allocation.node_selector for c in claims.allocated if c.allocation is not None)
-        return tuple(specs), selectors
+        return self.features, tuple(specs), selectors
 
     def _verdicts(self, claims: PodClaims, node_names: Sequence[str]) -> ShapeVerdicts:
         """Per node: a detached Allocation (the claims fit) or (unresolvable, reason). Verdicts come
