@@ -22,7 +22,7 @@ from aiohttp import web
 from extender.server import debug, handlers
 from extender.server.keys import METRICS, SERVICE, SETTINGS
 from extender.server.metrics import Metrics
-from extender.server.middleware import error_middleware, log_context_middleware
+from extender.server.middleware import request_middleware
 from extender.server.settings import ServerSettings, normalize_prefix, ssl_context
 from extender.state.service import SchedulingService
 
@@ -34,7 +34,7 @@ log = structlog.get_logger()
 def create_app(service: SchedulingService, settings: ServerSettings | None = None) -> web.Application:
     settings = settings if settings is not None else ServerSettings()
     app = web.Application(
-        middlewares=[log_context_middleware, error_middleware],
+        middlewares=[request_middleware],
         client_max_size=settings.max_body_bytes,
     )
     app[SERVICE] = service

@@ -10,12 +10,11 @@ import time
 
 import structlog
 from aiohttp import web
-from structlog.contextvars import bound_contextvars
 
 from extender.core.errors import ExtenderError
 from extender.server.handlers import read_json, sync_request_nodes
 from extender.server.keys import SERVICE
-from extender.server.middleware import json_error, json_response
+from extender.server.middleware import json_error, json_response, log_context
 from extender.server.wire import parse_extender_args
 
 __all__ = ["debug_claim", "debug_node", "debug_pod", "explain"]
@@ -28,7 +27,7 @@ async def explain(request: web.Request) -> web.Response:
     service = request.app[SERVICE]
     args = parse_extender_args(await read_json(request))
     start = time.perf_counter()
-    with bound_contextvars(pod=args.pod_key):
+    with log_context(pod=args.pod_key):
         sync_request_nodes(service, args)
         try:
             answer = service.explain(args.pod, args.node_names)

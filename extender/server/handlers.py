@@ -8,29 +8,27 @@ and fatal problems, and any unexpected exception (logged with its traceback), go
 from __future__ import annotations
 
 import time
-from operator import itemgetter
 from typing import Any
 
 import orjson
 import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from structlog.contextvars import bound_contextvars
 
 from extender.core.errors import ExtenderError, InvalidObject
 from extender.server.keys import METRICS, SERVICE
-from extender.server.middleware import json_response
+from extender.server.middleware import json_body_response, json_response, log_context
 from extender.server.wire import (
     BadRequest,
     ExtenderArgs,
     WireField,
     binding_result,
+    encode_priority_list,
     error_filter_result,
     error_text,
     filter_result,
     parse_binding_args,
     parse_extender_args,
-    priority_list,
     wire_field,
 )
 from extender.state.service import SchedulingService
@@ -85,27 +83,28 @@ def _duration_ms(start: float) -> float:
 async def filter_nodes(request: web.Request) -> web.Response:
     service, metrics = request.app[SERVICE], request.app[METRICS]
     args = parse_extender_args(await read_json(request))
+    pod_key = args.pod_key
     start = time.perf_counter()
-    with bound_contextvars(pod=args.pod_key):
+    with log_context(pod=pod_key):
         try:
             sync_request_nodes(service, args)
             outcome = await service.filter_and_recover(args.pod, args.node_names)
         except Exception as exc:
-            metrics.errors.labels("filter", type(exc).__name__).inc()
+            metrics.errors_by("filter", type(exc).__name__).inc()
             answer = _filter_answer_for(args, exc)
-            log.info("filter.decided", pod=args.pod_key, error=answer["Error"], duration_ms=_duration_ms(start))
+            log.info("filter.decided", pod=pod_key, error=answer["Error"], duration_ms=_duration_ms(start))
             return json_response(answer)
         answer = filter_result(
             args, outcome.node_names, failed=outcome.failed, unresolvable=outcome.unresolvable, error=outcome.error
         )
         if outcome.error:
-            metrics.errors.labels("filter", "Error").inc()
+            metrics.errors_by("filter", "Error").inc()
         metrics.observe_filter(
             passed=len(outcome.node_names), failed=len(outcome.failed), unresolvable=len(outcome.unresolvable)
         )
         log.info(
             "filter.decided",
-            pod=args.pod_key,
+            pod=pod_key,
             nodes=len(args.node_names),
             passed=len(outcome.node_names),
             failed=len(outcome.failed),
@@ -131,54 +130,51 @@ def _filter_answer_for(args: ExtenderArgs, exc: Exception) -> dict[str, Any]:
     return filter_result(args, [], failed=reasons, unresolvable={})
 
 
-_SCORE = itemgetter("Score")
-
-
 async def prioritize(request: web.Request) -> web.Response:
     """HostPriorityList. It has no Error field and the scheduler ignores prioritize failures, so a
     failure answers ``[]``: no extender score for any node, the same as a neutral opinion."""
     service, metrics = request.app[SERVICE], request.app[METRICS]
     args = parse_extender_args(await read_json(request))
+    pod_key = args.pod_key
     start = time.perf_counter()
-    with bound_contextvars(pod=args.pod_key):
+    with log_context(pod=pod_key):
         try:
             sync_request_nodes(service, args)
             scores = service.prioritize(args.pod, args.node_names)
         except Exception as exc:
-            metrics.errors.labels("prioritize", type(exc).__name__).inc()
+            metrics.errors_by("prioritize", type(exc).__name__).inc()
             if isinstance(exc, ExtenderError):
-                log.info("prioritize.scored", pod=args.pod_key, error=exc.reason, duration_ms=_duration_ms(start))
+                log.info("prioritize.scored", pod=pod_key, error=exc.reason, duration_ms=_duration_ms(start))
             else:
-                log.exception("prioritize.crashed", pod=args.pod_key)
+                log.exception("prioritize.crashed", pod=pod_key)
             return json_response([])
-        answer = priority_list(scores)
-        best = max(answer, key=_SCORE, default=None)
+        body, best = encode_priority_list(scores)
         log.info(
             "prioritize.scored",
-            pod=args.pod_key,
-            nodes=len(answer),
-            best=best["Host"] if best else None,
-            score=best["Score"] if best else None,
+            pod=pod_key,
+            nodes=len(scores),
+            best=best[0] if best else None,
+            score=best[1] if best else None,
             duration_ms=_duration_ms(start),
         )
-    return json_response(answer)
+    return json_body_response(body)
 
 
 async def bind(request: web.Request) -> web.Response:
     """ExtenderBindingResult. The service logs ``bind.finished`` for its own outcomes."""
     service, metrics = request.app[SERVICE], request.app[METRICS]
     args = parse_binding_args(await read_json(request))
-    with bound_contextvars(pod=args.pod_key, node=args.node):
+    with log_context(pod=args.pod_key, node=args.node):
         try:
             await service.bind(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
         except ExtenderError as exc:
-            metrics.binds.labels("error", type(exc).__name__).inc()
+            metrics.binds_by("error", type(exc).__name__).inc()
             return json_response(binding_result(exc.reason))
         except Exception as exc:
-            metrics.binds.labels("error", type(exc).__name__).inc()
+            metrics.binds_by("error", type(exc).__name__).inc()
             log.exception("bind.crashed", pod=args.pod_key, node=args.node)
             return json_response(binding_result(error_text(exc)))
-    metrics.binds.labels("bound", "").inc()
+    metrics.binds_by("bound", "").inc()
     return json_response(binding_result())
 
 

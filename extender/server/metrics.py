@@ -7,20 +7,25 @@ Two kinds:
 - state, read at scrape time by ``_StateCollector`` from the service: allocations made, ledger
   size, cache sizes, CEL compile and result-cache hits and misses, readiness. Nothing polls.
 
-Label values are bounded: verbs are fixed names, reasons are error class names.
+Label values are bounded: verbs are fixed names, reasons are error class names. Handlers reach a
+labelled series through ``Labelled`` (``metrics.binds_by("bound", "")``), which remembers each child:
+``Counter.labels`` re-checks, re-stringifies and takes a lock on every call. A series still appears
+only once it is first used.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from extender.state.service import SchedulingService
 
-__all__ = ["NAMESPACE", "Metrics"]
+__all__ = ["NAMESPACE", "Labelled", "Metrics"]
 
 NAMESPACE = "dra_extender"
 
@@ -29,6 +34,26 @@ NAMESPACE = "dra_extender"
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 #: Node counts per filter: up to the 5000-node clusters the body limit is sized for.
 _NODE_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+
+M = TypeVar("M", bound=MetricWrapperBase)
+
+
+class Labelled(Generic[M]):
+    """``labelled(*values)`` is ``metric.labels(*values)``, looked up once per distinct label values."""
+
+    __slots__ = ("_children", "_metric")
+
+    def __init__(self, metric: M) -> None:
+        self._metric: M = metric
+        self._children: dict[tuple[str, ...], M] = {}
+
+    def __call__(self, *values: str) -> M:
+        try:
+            return self._children[values]
+        except KeyError:
+            child: M = self._metric.labels(*values)
+            self._children[values] = child
+            return child
 
 
 class Metrics:
@@ -87,11 +112,17 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_StateCollector(service))
+        self.request_seconds_by = Labelled(self.request_seconds)
+        self.filter_nodes_by = Labelled(self.filter_nodes)
+        self.binds_by = Labelled(self.binds)
+        self.errors_by = Labelled(self.errors)
+        self.bad_requests_by = Labelled(self.bad_requests)
 
     def observe_filter(self, *, passed: int, failed: int, unresolvable: int) -> None:
-        self.filter_nodes.labels("passed").inc(passed)
-        self.filter_nodes.labels("failed").inc(failed)
-        self.filter_nodes.labels("unresolvable").inc(unresolvable)
+        by = self.filter_nodes_by
+        by("passed").inc(passed)
+        by("failed").inc(failed)
+        by("unresolvable").inc(unresolvable)
         self.filter_passed.observe(passed)
         self.filter_failed.observe(failed + unresolvable)
 

@@ -8,7 +8,8 @@ problem, before anything changes. Answers are built as plain dicts for ``orjson`
   in nodeCacheCapable mode (``NodeNames`` sent) ``NodeNames`` is always a list, even empty, because
   the scheduler reads a null list as "drop every node"; otherwise ``Nodes`` echoes the NodeList with
   the full Node objects that passed.
-- ``HostPriorityList`` ``[{"Host", "Score"}]``; ``ExtenderBindingResult`` ``{Error}``.
+- ``HostPriorityList`` ``[{"Host", "Score"}]`` (``encode_priority_list`` writes its JSON directly:
+  one dict per node is most of what prioritize costs the server); ``ExtenderBindingResult`` ``{Error}``.
 
 ``wire_field`` is the one place that decides which field an ``ExtenderError`` lands in.
 """
@@ -18,7 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from operator import itemgetter
 from typing import Any
+
+import orjson
 
 from extender.core.errors import DoesNotFit, ExtenderError, NodeUnresolvable
 
@@ -28,6 +32,7 @@ __all__ = [
     "ExtenderArgs",
     "WireField",
     "binding_result",
+    "encode_priority_list",
     "error_filter_result",
     "error_text",
     "filter_result",
@@ -284,6 +289,38 @@ def priority_list(scores: Iterable[tuple[str, int]]) -> list[dict[str, Any]]:
 
 def _clamp(score: Any) -> int:
     return max(0, min(10, int(score)))
+
+
+_SCORE = itemgetter("Score")
+#: What follows a host name in the JSON of a HostPriorityList: its score, then the next entry's
+#: opening or the end of the list. Keyed by score: a lookup is also the range check.
+_SCORE_THEN_NEXT = {score: f'","Score":{score}}},{{"Host":"' for score in range(11)}
+_SCORE_THEN_END = {score: f'","Score":{score}}}]' for score in range(11)}
+
+
+def encode_priority_list(scores: Sequence[tuple[str, Any]]) -> tuple[bytes, tuple[str, int] | None]:
+    """``orjson.dumps(priority_list(scores))``, and the first best ``(host, score)`` (None if empty).
+
+    The usual answer is written as text by C-level joins, without a dict per node: host names that
+    orjson writes verbatim (printable ASCII without ``"`` or ``\\``, as every valid node name) and
+    scores equal to an int in 0..10 (which ``_clamp`` leaves as they are). The bytes are exactly
+    orjson's; anything else takes the ``priority_list`` way, errors included."""
+    if scores:
+        try:
+            names, values = zip(*scores, strict=True)
+            joined = "".join(names)
+            if joined.isascii() and joined.isprintable() and '"' not in joined and "\\" not in joined:
+                pieces = [""] * (2 * len(names))
+                pieces[::2] = names
+                pieces[1::2] = map(_SCORE_THEN_NEXT.__getitem__, values)
+                pieces[-1] = _SCORE_THEN_END[values[-1]]
+                top = max(values)
+                return ('[{"Host":"' + "".join(pieces)).encode(), (names[values.index(top)], int(top))
+        except (TypeError, ValueError, KeyError):
+            pass  # the general way below answers, or raises, as it always did
+    answer = priority_list(scores)
+    best = max(answer, key=_SCORE, default=None)
+    return orjson.dumps(answer), None if best is None else (best["Host"], best["Score"])
 
 
 def binding_result(error: str = "") -> dict[str, str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -224,6 +225,15 @@ def test_serve_demo_in_a_real_process() -> None:
     assert "server.listening" in names and "filter.decided" in names and "backend.stopped" in names
     decided = next(e for e in events if e["event"] == "filter.decided")
     assert decided["pod"] == "default/two-gpu-pod" and decided["level"] == "info" and "timestamp" in decided
+    assert set(decided) == {
+        *("event", "level", "timestamp", "request_id", "verb", "pod"),
+        *("nodes", "passed", "failed", "unresolvable", "error", "duration_ms"),
+    }
+    assert decided["verb"] == "filter" and re.fullmatch(r"[0-9a-f]{32}", decided["request_id"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z", decided["timestamp"])
+    refused = next(e for e in events if e["event"] == "request.refused")
+    assert set(refused) == {"event", "level", "timestamp", "request_id", "verb", "method", "path", "code", "error"}
+    assert (refused["verb"], refused["code"]) == ("filter", 400) and refused["request_id"] != decided["request_id"]
 
 
 def test_without_manifests_the_kubernetes_backend_is_used(

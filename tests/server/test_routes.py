@@ -409,7 +409,9 @@ async def test_request_id_is_echoed_or_generated(client: Client) -> None:
     response = await client.get("/healthz", headers={"X-Request-Id": "abc-123"})
     assert response.headers["X-Request-Id"] == "abc-123"
     response = await client.get("/healthz")
-    assert len(response.headers["X-Request-Id"]) == 32
+    generated = response.headers["X-Request-Id"]
+    assert len(generated) == 32 and set(generated) <= set("0123456789abcdef")
+    assert (await client.get("/healthz")).headers["X-Request-Id"] != generated
     response = await client.get("/healthz", headers={"X-Request-Id": "bad id\twith spaces"})
     assert response.headers["X-Request-Id"] != "bad id\twith spaces"
 
@@ -431,6 +433,20 @@ async def test_filter_logs_one_decision_with_request_context(client: Client, fak
     assert (event["pod"], event["request_id"], event["verb"]) == ("default/pod-a", "req-7", "filter")
     assert (event["passed"], event["failed"], event["unresolvable"], event["error"]) == (1, 1, 1, "")
     assert isinstance(event["duration_ms"], float)
+
+
+async def test_prioritize_logs_one_event_with_the_best_node(client: Client, fake: FakeService) -> None:
+    fake.scores = {"node-1": 3, "node-2": 9, "node-3": 9}
+    with capture_logs(processors=[merge_contextvars]) as logs:
+        status, answer = await post(client, "/prioritize", {"Pod": pod(), "NodeNames": ["node-1", "node-2", "node-3"]})
+    assert status == 200 and answer[1] == {"Host": "node-2", "Score": 9}
+    scored = [e for e in logs if e["event"] == "prioritize.scored"]
+    assert len(scored) == 1
+    event = scored[0]
+    assert (event["pod"], event["verb"], event["nodes"], event["best"], event["score"]) == (
+        "default/pod-a", "prioritize", 3, "node-2", 9
+    )  # fmt: skip
+    assert isinstance(event["duration_ms"], float) and len(event["request_id"]) == 32
 
 
 async def test_refused_requests_are_logged(client: Client) -> None:

@@ -1,11 +1,14 @@
 """The extender wire format in ``extender.server.wire``, without HTTP: request parsing (and every
-malformed shape it refuses), answer shapes in both nodeCacheCapable modes, score clamping, and the
-one table mapping error classes to wire fields. HTTP behaviour is in ``test_routes.py``."""
+malformed shape it refuses), answer shapes in both nodeCacheCapable modes, score clamping, the
+direct encoding of a HostPriorityList (byte for byte orjson's), and the one table mapping error
+classes to wire fields. HTTP behaviour is in ``test_routes.py``."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
+import orjson
 import pytest
 
 from extender.core import errors
@@ -13,6 +16,7 @@ from extender.server.wire import (
     BadRequest,
     WireField,
     binding_result,
+    encode_priority_list,
     error_filter_result,
     error_text,
     filter_result,
@@ -232,3 +236,64 @@ def test_scores_are_plain_ints_whatever_the_service_returns() -> None:
         {"Host": "f", "Score": 0},
     ]
     assert all(type(entry["Score"]) is int for entry in answer)  # never a bool or a float on the wire
+
+
+_NAMES = [f"node-{i:04d}.zone-a.example.com" for i in range(40)]
+
+
+@pytest.mark.parametrize(
+    "scores",
+    [
+        [],
+        [("node-1", 7)],
+        [(name, i % 11) for i, name in enumerate(_NAMES)],
+        [(name, 10 - i % 11) for i, name in enumerate(_NAMES)],  # the best comes first; ties keep the first
+        [("a", 0), ("b", 0)],
+        [("a", True), ("b", 1.0), ("c", Decimal(4)), ("d", -0.0), ("e", 10.0)],  # equal to an int in range
+        [("a", 11), ("b", -1), ("c", 7)],  # clamped
+        [("a", 7.9), ("b", 10.5), ("c", -0.5), ("d", False)],  # clamped
+        [('quote"d', 3), ("back\\slash", 4), ("tab\tname", 5), ("del\x7f", 1)],  # orjson escapes (or not)
+        [("n\u00f6de", 2), ("\u30ce\u30fc\u30c9", 9), ("emoji-\U0001f600", 1), ("a/b", 6), (" ", 0)],
+    ],
+)
+def test_encoded_priority_list_is_exactly_what_orjson_writes(scores: list[tuple[str, Any]]) -> None:
+    body, best = encode_priority_list(scores)
+    answer = priority_list(scores)
+    assert body == orjson.dumps(answer)
+    top = max(answer, key=lambda entry: entry["Score"], default=None)
+    assert best == (None if top is None else (top["Host"], top["Score"]))
+    assert best is None or type(best[1]) is int
+
+
+@pytest.mark.parametrize(
+    "scores",
+    [
+        [("a", "7")],  # int("7") would be 7; the dict lookup refuses it and priority_list decides
+        [("a", float("nan"))],
+        [("a", 1, 2)],
+        [(1, 3)],
+        [("a", [1])],
+    ],
+)
+def test_encoded_priority_list_fails_as_priority_list_does(scores: list[Any]) -> None:
+    try:
+        expected: Any = orjson.dumps(priority_list(scores))
+    except Exception as exc:
+        expected = type(exc)
+    try:
+        got: Any = encode_priority_list(scores)[0]
+    except Exception as exc:
+        got = type(exc)
+    assert got == expected
+
+
+def test_valid_node_names_take_the_direct_encoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The point of ``encode_priority_list``: no dict per node for the answers it usually gives."""
+    import extender.server.wire as wire
+
+    def no_dicts(scores: Any) -> Any:
+        raise AssertionError("priority_list was used")
+
+    monkeypatch.setattr(wire, "priority_list", no_dicts)
+    body, best = encode_priority_list([(name, i % 11) for i, name in enumerate(_NAMES)])
+    assert orjson.loads(body)[3] == {"Host": _NAMES[3], "Score": 3} and best == (_NAMES[10], 10)
