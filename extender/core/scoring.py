@@ -381,26 +381,32 @@ def combine_raw_scores(raw: Mapping[str, RawScores], policy: ScoringPolicy) -> d
     """``score_candidates`` from each node's ``RawScores`` (computed with the policy's topology
     attribute when topology has a weight).
 
-    One pass finds each policy's best raw value, a second one scores every node; the arithmetic is
-    that of ``_normalize_ratios`` / ``normalize_to_max`` and ``_divide_half_up``, inlined because
-    prioritize runs it over every fitting node.
+    A node's score depends only on its own raw scores and on the best raw value of each policy, so
+    it is computed once per distinct ``RawScores`` (nodes of one kind share a handful of them) and
+    looked up for every node. The arithmetic is that of ``_normalize_ratios`` / ``normalize_to_max``
+    and ``_divide_half_up``, inlined because prioritize runs it for every fitting node.
     """
+    if not raw or sum(policy.weights.values()) == 0:
+        return dict.fromkeys(raw, 0)
+    per_value = _score_values(set(raw.values()), policy)
+    return {node: per_value[scores] for node, scores in raw.items()}
+
+
+def _score_values(values: set[RawScores], policy: ScoringPolicy) -> dict[RawScores, int]:
     weights = policy.weights
     total_weight = sum(weights.values())
-    if not raw or total_weight == 0:
-        return dict.fromkeys(raw, 0)
     w_binpack, w_spread = weights.get(BINPACK, 0), weights.get(SPREAD, 0)
     w_prioritized, w_topology = weights.get(PRIORITIZED, 0), weights.get(TOPOLOGY, 0)
     # best ratios as (numerator, denominator); best prioritized sum
     bin_num, bin_den, spread_num, spread_den, best_prioritized = 0, 1, 0, 1, 0
-    for r in raw.values():
-        if r.used * bin_den > bin_num * r.total:
-            bin_num, bin_den = r.used, r.total
-        free = r.total - r.used
-        if free * spread_den > spread_num * r.total:
-            spread_num, spread_den = free, r.total
-        if r.prioritized > best_prioritized:
-            best_prioritized = r.prioritized
+    for used, total, prioritized, _ in values:
+        if used * bin_den > bin_num * total:
+            bin_num, bin_den = used, total
+        free = total - used
+        if free * spread_den > spread_num * total:
+            spread_num, spread_den = free, total
+        if prioritized > best_prioritized:
+            best_prioritized = prioritized
     if bin_num <= 0:
         w_binpack = 0  # every node scores 0 for it
     if spread_num <= 0:
@@ -408,16 +414,16 @@ def combine_raw_scores(raw: Mapping[str, RawScores], policy: ScoringPolicy) -> d
     if best_prioritized <= 0:
         w_prioritized = 0
     bin_scale, spread_scale = MAX_SCORE * bin_den, MAX_SCORE * spread_den
-    prioritized_scale = MAX_SCORE
     double_weight = 2 * total_weight
-    out: dict[str, int] = {}
-    for node, r in raw.items():
-        total = w_topology * r.topology
+    out: dict[RawScores, int] = {}
+    for value in values:
+        used, total, prioritized, topology = value
+        weighted = w_topology * topology
         if w_binpack:
-            total += w_binpack * ((r.used * bin_scale) // (r.total * bin_num))
+            weighted += w_binpack * ((used * bin_scale) // (total * bin_num))
         if w_spread:
-            total += w_spread * (((r.total - r.used) * spread_scale) // (r.total * spread_num))
+            weighted += w_spread * (((total - used) * spread_scale) // (total * spread_num))
         if w_prioritized:
-            total += w_prioritized * ((r.prioritized * prioritized_scale) // best_prioritized)
-        out[node] = (2 * total + total_weight) // double_weight
+            weighted += w_prioritized * ((prioritized * MAX_SCORE) // best_prioritized)
+        out[value] = (2 * weighted + total_weight) // double_weight
     return out

@@ -43,7 +43,6 @@ from extender.core.model import AllocationResult, DeviceID, Features, NodeInfo, 
 from extender.core.scoring import (
     TOPOLOGY,
     DeviceUsage,
-    RawScores,
     ScoringCandidate,
     ScoringPolicy,
     combine_raw_scores,
@@ -331,22 +330,24 @@ class SchedulingService:
             return [(name, 0) for name in node_names]
         policy = self._policy_for(pod)
         verdicts = self._verdicts(claims, node_names)
-        failing = verdicts.failing
-        fitting = [name for name in node_names if name not in failing]
-        if len(set(fitting)) != len(fitting):
-            twice = sorted({name for name in fitting if fitting.count(name) > 1})
-            raise ValueError(f"prioritize: node(s) given twice: {', '.join(twice)}")
+        # Set operations run in C: this is per node, and usually every node was remembered.
+        names = set(node_names)
+        fitting = names.difference(verdicts.failing)
+        if len(names) != len(node_names):
+            twice = sorted({name for name in fitting if node_names.count(name) > 1})
+            if twice:
+                raise ValueError(f"prioritize: node(s) given twice: {', '.join(twice)}")
         attribute = policy.topology_attribute if policy.weights.get(TOPOLOGY) else None
         remembered = verdicts.raw_scores(attribute)
-        usage = self._usage(name for name in fitting if name not in remembered)
-        raw: dict[str, RawScores] = {}
-        for name in fitting:
-            scores = remembered.get(name)
-            if scores is None:
+        unscored = fitting.difference(remembered)
+        if unscored:
+            usage = self._usage(unscored)
+            for name in unscored:
                 allocation = verdicts.by_node[name]
                 assert isinstance(allocation, Allocation)
-                scores = remembered[name] = raw_scores(ScoringCandidate(allocation, usage[name]), attribute)
-            raw[name] = scores
+                remembered[name] = raw_scores(ScoringCandidate(allocation, usage[name]), attribute)
+        # ``remembered`` may hold nodes this request did not ask about
+        raw = remembered if len(remembered) == len(fitting) else {name: remembered[name] for name in fitting}
         combined = combine_raw_scores(raw, policy)
         return [(name, combined.get(name, 0)) for name in node_names]
 
