@@ -26,6 +26,7 @@ from extender.core.model import NodeInfo, NodeSelector, NodeSelectorRequirement,
 
 __all__ = [
     "node_matches",
+    "pinned_node_names",
     "selector_matches_labels",
     "term_matches",
     "validate_node_selector",
@@ -66,6 +67,29 @@ def node_matches(selector: NodeSelector, node: NodeInfo) -> bool:
     if _validated.get(id(selector)) is not selector:
         validate_node_selector(selector)
     return any(_term_matches_unchecked(term, node) for term in selector.terms)
+
+
+def pinned_node_names(selector: NodeSelector) -> frozenset[str] | None:
+    """The only node names ``selector`` can match when it selects by name alone — every non-empty
+    term is ``matchFields: metadata.name In [...]``, as allocation results write it — else None
+    (also for a malformed selector: ``node_matches`` reports that). Callers can then pass over
+    every other node without matching it."""
+    try:
+        validate_node_selector(selector)
+    except ValueError:
+        return None
+    names: set[str] = set()
+    for term in selector.terms:
+        if term.match_expressions:
+            return None
+        if not term.match_fields:
+            continue  # an empty term matches nothing
+        if any(requirement.operator != OP_IN for requirement in term.match_fields):
+            return None
+        values = {requirement.values[0] for requirement in term.match_fields}
+        if len(values) == 1:  # one term pinning two different names matches no node
+            names |= values
+    return frozenset(names)
 
 
 def term_matches(term: NodeSelectorTerm, node: NodeInfo) -> bool:

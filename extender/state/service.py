@@ -40,6 +40,7 @@ from extender.core.errors import (
 )
 from extender.core.explain import explain_node
 from extender.core.model import AllocationResult, DeviceID, Features, NodeInfo, ResourceClaim, UnparsedVersion
+from extender.core.nodeselector import pinned_node_names
 from extender.core.scoring import (
     TOPOLOGY,
     DeviceUsage,
@@ -71,6 +72,7 @@ CANNOT_ALLOCATE = "cannot allocate all claims"
 NOT_AVAILABLE = "resourceclaim not available on the node"
 NO_CLASS_DEVICES = "no devices of the requested device classes on the node"
 NOT_SYNCED = "cache not synced yet"
+_NOT_AVAILABLE = (True, NOT_AVAILABLE)
 #: client-go's retry.DefaultRetry: 5 attempts on conflict.
 WRITE_ATTEMPTS = 5
 
@@ -187,6 +189,9 @@ class SchedulingService:
             return table
         missing = list(dict.fromkeys(name for name in node_names if name in unknown))  # in request order
         fits.stats.misses += len(missing)
+        missing = self._settle_pinned(claims, missing, table)
+        if not missing:
+            return table
         allocator = self._allocator(claims)
         nodes = [self.store.node(name) for name in missing]
         for node, outcome in zip(nodes, allocator.allocate_many(nodes), strict=True):
@@ -202,6 +207,32 @@ class SchedulingService:
                 fits.depends(node.name, view)
             table.put(node.name, verdict)
         return table
+
+    @staticmethod
+    def _settle_pinned(claims: PodClaims, names: list[str], table: ShapeVerdicts) -> list[str]:
+        """Answer the nodes an allocated claim of the pod is pinned away from, and return the rest.
+
+        A claim allocated on other nodes (a shared claim) makes every node outside its allocation's
+        node selector "not available" before the allocator looks at anything else; when that
+        selector names nodes outright, those verdicts need no per-node selector matching."""
+        allowed: frozenset[str] | None = None
+        for claim in claims.allocated:
+            selector = claim.allocation.node_selector if claim.allocation is not None else None
+            if selector is None:
+                continue
+            pinned = pinned_node_names(selector)
+            if pinned is None:
+                return names  # a label selector: the allocator matches it per node
+            allowed = pinned if allowed is None else allowed & pinned
+        if allowed is None:
+            return names
+        rest = []
+        for name in names:
+            if name in allowed:
+                rest.append(name)
+            else:
+                table.put(name, _NOT_AVAILABLE)
+        return rest
 
     def _why_not(self, allocator: Allocator, node: NodeInfo) -> tuple[bool, str]:
         """(unresolvable, reason) for a node where allocate() returned None."""

@@ -12,6 +12,7 @@ import pytest
 from extender.core.model import NodeInfo, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm
 from extender.core.nodeselector import (
     node_matches,
+    pinned_node_names,
     selector_matches_labels,
     term_matches,
     validate_node_selector,
@@ -291,3 +292,25 @@ def test_validation_result_is_cached_per_selector_object_without_changing_answer
             node_matches(bad, NODE)
     # An equal but distinct object is validated on its own.
     assert node_matches(selector(term(req("region", "In", "region-1"))), NODE) is True
+
+
+@pytest.mark.parametrize(
+    ("sel", "pinned"),
+    [
+        (selector(term(fields=(field("In", "node-1"),))), {"node-1"}),
+        (selector(term(fields=(field("In", "node-1"),)), term(fields=(field("In", "node-2"),))), {"node-1", "node-2"}),
+        (selector(term(fields=(field("In", "node-1"), field("In", "node-2")))), set()),  # both: no node
+        (selector(term(fields=(field("In", "node-1"), field("In", "node-1")))), {"node-1"}),
+        (selector(term(), term(fields=(field("In", "node-1"),))), {"node-1"}),  # the empty term adds nothing
+        (selector(), set()),
+        (selector(term(req("zone", "In", "a"), fields=(field("In", "node-1"),))), None),  # labels: match per node
+        (selector(term(fields=(field("NotIn", "node-1"),))), None),
+        (selector(term(fields=(field("In", "node-1", key="metadata.uid"),))), None),  # malformed
+    ],
+)
+def test_pinned_node_names_agree_with_matching(sel: NodeSelector, pinned: set[str] | None) -> None:
+    names = pinned_node_names(sel)
+    assert names == (None if pinned is None else frozenset(pinned))
+    if names is not None:  # exactly the nodes node_matches accepts, whatever their labels
+        for name in ("node-1", "node-2", "node-3"):
+            assert node_matches(sel, NodeInfo(name, {"zone": "a"})) == (name in names)
