@@ -14,8 +14,8 @@ stale. The allocator's outcome on a node depends on nothing else than:
 Invalidation is pushed, exactly, by whoever sees a change: the ``ObjectStore`` drops the nodes whose
 views a slice change replaced (``SliceSnapshot.invalidated``), a node whose labels changed,
 everything on a DeviceClass change, and the nodes that depend on a pool when an allocation in it
-changes; the in-flight ledger does the same for its entries. Nodes register the pools their verdict
-depends on when it is stored.
+changes: a claim's, or an in-flight ledger entry's (``ObjectStore.set_in_flight``). Nodes register
+the pools their verdict depends on when it is stored.
 
 Errors are never kept (they name the pod's claims and fail the whole attempt); verdicts are either a
 detached ``Allocation`` (the claims fit) or ``(unresolvable, reason)``. The per-node ``DeviceUsage``
@@ -30,7 +30,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
 from extender.core.allocator import Allocation
-from extender.core.model import AllocationResult, DeviceID
+from extender.core.model import DeviceID
 from extender.core.pools import NodeView
 from extender.core.scoring import DeviceUsage, RawScores
 
@@ -167,9 +167,6 @@ class FitCache:
     def drop_devices(self, devices: Iterable[DeviceID]) -> None:
         """An allocation of these devices changed: forget what depends on their pools."""
         self.drop_pools({(device.driver, device.pool) for device in devices})
-
-    def drop_allocation(self, allocation: AllocationResult) -> None:
-        self.drop_devices(result.device_id for result in allocation.devices)
 
     def clear(self) -> None:
         self.stats.dropped += len(self)

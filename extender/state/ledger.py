@@ -41,12 +41,13 @@ class InFlightLedger:
         self._entries: dict[str, InFlightAllocation] = {}
         #: Bumped on every change, so callers can tell whether a cached decision still holds.
         self.version = 0
-        #: Told of the allocation of every entry added or removed (caches of verdicts listen).
-        self.listeners: list[Callable[[AllocationResult], None]] = []
+        #: Told of every entry added (True) or removed (False): the store counts in-flight devices
+        #: as in use, and caches of verdicts depend on that.
+        self.listeners: list[Callable[[InFlightAllocation, bool], None]] = []
 
-    def _changed(self, entry: InFlightAllocation) -> None:
+    def _changed(self, entry: InFlightAllocation, added: bool = False) -> None:
         for listener in self.listeners:
-            listener(entry.result)
+            listener(entry, added)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -74,7 +75,7 @@ class InFlightLedger:
         self.version += 1
         if replaced is not None:
             self._changed(replaced)
-        self._changed(entry)
+        self._changed(entry, added=True)
         return entry
 
     def drop(self, claim_key: str) -> InFlightAllocation | None:

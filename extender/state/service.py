@@ -53,7 +53,7 @@ from extender.core.scoring import (
 from extender.state.backend import Backend
 from extender.state.claims import PodClaims, pod_identity, reserved_for, resolve_pod_claims
 from extender.state.fits import ShapeVerdicts, Verdict
-from extender.state.ledger import InFlightLedger
+from extender.state.ledger import InFlightAllocation, InFlightLedger
 
 __all__ = [
     "CANNOT_ALLOCATE",
@@ -127,12 +127,18 @@ class SchedulingService:
         self.scoring = scoring if scoring is not None else ScoringPolicy.parse("binpack=1,prioritized=1")
         self.scoring_annotation = scoring_annotation
         self.stats = ServiceStats()
-        # In-flight allocations change what fits where, like the store's allocated claims do.
-        self.ledger.listeners.append(self.store.fits.drop_allocation)
+        # In-flight allocations hold their devices like allocated claims do (and so change what
+        # fits where): the store counts them in ``in_use_state``.
+        self.ledger.listeners.append(self._in_flight_changed)
+        for entry in self.ledger:
+            self.store.set_in_flight(entry.claim_key, entry.result)
         # Bind decisions are serialised: deciding is milliseconds, the writes happen outside it.
         self._decide = asyncio.Lock()
 
     # --- shared steps ---------------------------------------------------------------------
+
+    def _in_flight_changed(self, entry: InFlightAllocation, added: bool) -> None:
+        self.store.set_in_flight(entry.claim_key, entry.result if added else None)
 
     def _pod_for(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
         """The pod as the backend holds it (it may carry status the request's copy lacks)."""
@@ -156,7 +162,7 @@ class SchedulingService:
             claims.to_allocate,
             classes=self.store.classes,
             snapshot=self.store.snapshot(),
-            allocated=self.ledger.overlay(self.store.allocated_state()),
+            allocated=self.store.in_use_state(),
             features=self.features,
             selectors=self.store.selectors,
             preallocated=claims.allocated,
@@ -395,7 +401,7 @@ class SchedulingService:
                 out[name] = usage
         if missing:
             snapshot = self.store.snapshot()
-            allocated = self.ledger.overlay(self.store.allocated_state())
+            allocated = self.store.in_use_state()
             shared = {share.device for share in allocated.shared_ids}
             for name in missing:
                 node = self.store.node(name)

@@ -161,7 +161,8 @@ class ObjectStore:
         self.revision = 0
         self._snapshot: SliceSnapshot | None = SliceSnapshot(())
         self._pending_slices: list[tuple[ResourceSlice | None, ResourceSlice | None]] = []
-        self._allocations = AllocationIndex()
+        self._allocations = AllocationIndex()  # allocated claims
+        self._in_use = AllocationIndex()  # allocated claims and in-flight allocations (set_in_flight)
 
     # --- ingest -------------------------------------------------------------------------------
 
@@ -197,7 +198,7 @@ class ObjectStore:
                 self.claim_specs.pop(key, None)
             else:
                 self.claim_specs[key] = spec_key
-            self.fits.drop_devices(self._allocations.set(key, obj.allocation))
+            self._claim_allocation(key, obj.allocation)
         elif isinstance(obj, ResourceClaimTemplate):
             self.templates[key] = obj
             self.raw_templates[key] = raw
@@ -222,7 +223,7 @@ class ObjectStore:
                 self.fits.clear()
         elif kind == "ResourceClaim":
             if self.claims.pop(key, None) is not None:
-                self.fits.drop_devices(self._allocations.set(key, None))
+                self._claim_allocation(key, None)
             self.raw_claims.pop(key, None)
             self.claim_specs.pop(key, None)
         elif kind == "ResourceClaimTemplate":
@@ -260,6 +261,15 @@ class ObjectStore:
         }[kind]  # type: ignore[assignment]
         return tuple(table)
 
+    def _claim_allocation(self, key: str, allocation: AllocationResult | None) -> None:
+        self._allocations.set(key, allocation)
+        self.fits.drop_devices(self._in_use.set(key, allocation))
+
+    def set_in_flight(self, claim_key: str, allocation: AllocationResult | None) -> None:
+        """Count (or stop counting) an allocation a bind decided but the store does not show yet:
+        ``in_use_state`` includes it. The in-flight ledger calls this for every entry."""
+        self.fits.drop_devices(self._in_use.set(f"in-flight:{claim_key}", allocation))
+
     def _slice_changed(self, old: ResourceSlice | None, new: ResourceSlice | None) -> None:
         if old is not None:
             self.selectors.forget_slice(old)
@@ -285,6 +295,11 @@ class ObjectStore:
         """Devices held by allocated claims (admin-access results excluded). The same object is
         updated in place as claims change: read it synchronously, do not keep it across awaits."""
         return self._allocations.state
+
+    def in_use_state(self) -> AllocatedState:
+        """``allocated_state`` plus the in-flight allocations (``set_in_flight``): what the
+        allocator must treat as taken. Same in-place rules."""
+        return self._in_use.state
 
     def node(self, name: str) -> NodeInfo:
         """The node's labels as last seen; a node we never saw matches by name only."""

@@ -19,7 +19,7 @@ import pytest
 
 from bench import cluster_gen as gen
 from extender.backends.embedded import EmbeddedBackend
-from extender.core.allocator import Allocation
+from extender.core.allocator import Allocation, Allocator
 from extender.core.errors import ExtenderError
 from extender.core.model import AllocatedState, AllocationResult, DeviceID, DeviceResult, Features
 from extender.core.pools import SliceSnapshot
@@ -39,13 +39,28 @@ SPEC = gen.ClusterSpec(
 # --- the oracle: the allocator from scratch, no remembered verdicts -------------------------------
 
 
+def fresh_allocator(svc: SchedulingService, claims: Any) -> Allocator:
+    """An allocator over the store's claims plus the ledger's entries, built the plain way (not
+    from the store's incrementally kept in-use state, which is under test too)."""
+    svc._refresh()
+    return Allocator(
+        claims.to_allocate,
+        classes=svc.store.classes,
+        snapshot=svc.store.snapshot(),
+        allocated=svc.ledger.overlay(svc.store.allocated_state()),
+        features=svc.features,
+        selectors=svc.store.selectors,
+        preallocated=claims.allocated,
+    )
+
+
 def fresh_filter(svc: SchedulingService, pod: dict[str, Any], names: list[str]) -> Any:
     """(passed, failed, unresolvable, error, per-node picks) computed without the FitCache."""
     try:
         claims = resolve_pod_claims(svc._pod_for(pod), svc.store, svc.ledger)
         if not claims.all:
             return list(names), {}, {}, "", {}
-        allocator = svc._allocator(claims)
+        allocator = fresh_allocator(svc, claims)
         nodes = [svc.store.node(n) for n in names]
         outcomes = allocator.allocate_many(nodes)
         passed: list[str] = []
@@ -70,7 +85,7 @@ def fresh_scores(svc: SchedulingService, pod: dict[str, Any], names: list[str]) 
     claims = resolve_pod_claims(svc._pod_for(pod), svc.store, svc.ledger)
     if not claims.all:
         return [(n, 0) for n in names]
-    allocator = svc._allocator(claims)
+    allocator = fresh_allocator(svc, claims)
     nodes = [svc.store.node(n) for n in names]
     candidates = []
     for node, outcome in zip(nodes, allocator.allocate_many(nodes), strict=True):
@@ -231,6 +246,10 @@ async def test_remembered_verdicts_equal_fresh_ones_through_random_changes(seed:
             in_flight = []
             what = "in-flight entries dropped"
         check(svc, probes + queue[-2:], names, f"step {step} ({what})")
+        expected = svc.ledger.overlay(svc.store.allocated_state())
+        in_use = svc.store.in_use_state()
+        assert (in_use.devices, in_use.shared_ids) == (expected.devices, expected.shared_ids), step
+        assert in_use.consumed_capacity == expected.consumed_capacity, step
     assert svc.store.fits.stats.dropped > 0
 
 
