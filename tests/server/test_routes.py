@@ -467,3 +467,15 @@ async def test_caches_are_warmed_once_the_backend_is_synced(aiohttp_client: Any)
     fake = FakeService()
     await aiohttp_client(create_app(fake, ServerSettings()))
     assert fake.warmed_up == 1
+
+
+async def test_warm_caches_are_frozen_and_young_objects_collected_less_often(make_client: MakeClient) -> None:
+    import gc
+
+    from extender.server.app import GC_THRESHOLDS
+
+    gc.set_threshold(700, 10, 10)
+    client = await make_client()
+    status, _ = await post(client, "/filter", {"Pod": pod(), "NodeNames": ["node-1"]})
+    assert status == 200
+    assert gc.get_threshold() == GC_THRESHOLDS and gc.get_freeze_count() > 0
