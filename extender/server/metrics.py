@@ -175,3 +175,20 @@ class _StateCollector(Collector):
         results.add_metric(["hit"], stats.result_hits)
         results.add_metric(["miss"], stats.result_misses)
         yield results
+        fits = store.fits
+        lookups = CounterMetricFamily(
+            f"{NAMESPACE}_fit_cache",
+            "Per-node verdict lookups of filter and prioritize, by result (a miss runs the allocator).",
+            labels=["result"],
+        )
+        lookups.add_metric(["hit"], fits.stats.hits)
+        lookups.add_metric(["miss"], fits.stats.misses)
+        yield lookups
+        dropped = CounterMetricFamily(
+            f"{NAMESPACE}_fit_cache_dropped", "Remembered node verdicts dropped because an input changed."
+        )
+        dropped.add_metric([], fits.stats.dropped)
+        yield dropped
+        held = GaugeMetricFamily(f"{NAMESPACE}_fit_cache_verdicts", "Node verdicts remembered, over all pod shapes.")
+        held.add_metric([], len(fits))
+        yield held

@@ -177,3 +177,7 @@ async def test_metrics_follow_the_cache(client: Client, backend: EmbeddedBackend
     }
     lookups = sum(v for k, v in samples.items() if k.startswith("dra_extender_cel_result_cache_total"))
     assert lookups > 0
+    # the second filter for the same pod found every node's verdict remembered
+    assert f'dra_extender_fit_cache_total{{result="hit"}} {float(len(NODES))}' in text
+    assert f'dra_extender_fit_cache_total{{result="miss"}} {float(len(NODES))}' in text
+    assert f"dra_extender_fit_cache_verdicts {float(len(NODES))}" in text

@@ -286,6 +286,10 @@ async def test_metrics_text_has_every_family(client: Client, fake: FakeService) 
         'dra_extender_cel_compile_cache_total{result="miss"} 0.0',
         'dra_extender_cel_result_cache_total{result="hit"} 0.0',
         'dra_extender_cel_result_cache_total{result="miss"} 0.0',
+        'dra_extender_fit_cache_total{result="hit"} 0.0',
+        'dra_extender_fit_cache_total{result="miss"} 0.0',
+        "dra_extender_fit_cache_dropped_total 0.0",
+        "dra_extender_fit_cache_verdicts 0.0",
         "dra_extender_ready 1.0",
     ]:
         assert line in text, line
