@@ -20,7 +20,7 @@ noise.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import NamedTuple
@@ -54,6 +54,7 @@ __all__ = [
     "prioritized_scores",
     "raw_scores",
     "score_candidates",
+    "scores_by_value",
     "spread_scores",
     "topology_scores",
 ]
@@ -386,15 +387,19 @@ def combine_raw_scores(raw: Mapping[str, RawScores], policy: ScoringPolicy) -> d
     looked up for every node. The arithmetic is that of ``_normalize_ratios`` / ``normalize_to_max``
     and ``_divide_half_up``, inlined because prioritize runs it for every fitting node.
     """
-    if not raw or sum(policy.weights.values()) == 0:
-        return dict.fromkeys(raw, 0)
-    per_value = _score_values(set(raw.values()), policy)
+    if not raw:
+        return {}
+    per_value = scores_by_value(set(raw.values()), policy)
     return {node: per_value[scores] for node, scores in raw.items()}
 
 
-def _score_values(values: set[RawScores], policy: ScoringPolicy) -> dict[RawScores, int]:
+def scores_by_value(values: Collection[RawScores], policy: ScoringPolicy) -> dict[RawScores, int]:
+    """The 0..10 score of each distinct ``RawScores`` when ``values`` are all the candidates' raw
+    scores (the best value of each policy is taken over them): ``combine_raw_scores`` per value."""
     weights = policy.weights
     total_weight = sum(weights.values())
+    if total_weight == 0:
+        return dict.fromkeys(values, 0)
     w_binpack, w_spread = weights.get(BINPACK, 0), weights.get(SPREAD, 0)
     w_prioritized, w_topology = weights.get(PRIORITIZED, 0), weights.get(TOPOLOGY, 0)
     # best ratios as (numerator, denominator); best prioritized sum

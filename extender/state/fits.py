@@ -60,12 +60,16 @@ class ShapeVerdicts:
     together with the verdict of their node.
     """
 
-    __slots__ = ("by_node", "failing", "raw")
+    __slots__ = ("by_node", "codes", "failing", "raw", "values")
 
     def __init__(self) -> None:
         self.by_node: dict[str, Verdict] = {}
         self.failing: dict[str, tuple[bool, str]] = {}
-        self.raw: dict[str | None, dict[str, RawScores]] = {}
+        # node -> the index in ``values`` of its raw scores, per topology attribute: nodes share a
+        # handful of distinct raw scores, and small ints hash and index faster than tuples
+        self.raw: dict[str | None, dict[str, int]] = {}
+        self.values: list[RawScores] = []
+        self.codes: dict[RawScores, int] = {}
 
     def put(self, node: str, verdict: Verdict) -> None:
         self.by_node[node] = verdict
@@ -80,11 +84,20 @@ class ShapeVerdicts:
             raw.pop(node, None)
         return self.by_node.pop(node, None) is not None
 
-    def raw_scores(self, topology_attribute: str | None) -> dict[str, RawScores]:
+    def raw_scores(self, topology_attribute: str | None) -> dict[str, int]:
+        """Node -> index of its RawScores in ``values`` (see ``code``)."""
         raw = self.raw.get(topology_attribute)
         if raw is None:
             raw = self.raw[topology_attribute] = {}
         return raw
+
+    def code(self, scores: RawScores) -> int:
+        """The index of ``scores`` in ``values``, added if new (bounded: raw scores are small ints)."""
+        code = self.codes.get(scores)
+        if code is None:
+            code = self.codes[scores] = len(self.values)
+            self.values.append(scores)
+        return code
 
 
 class FitCache:

@@ -46,9 +46,9 @@ from extender.core.scoring import (
     DeviceUsage,
     ScoringCandidate,
     ScoringPolicy,
-    combine_raw_scores,
     node_device_usage,
     raw_scores,
+    scores_by_value,
 )
 from extender.state.backend import Backend
 from extender.state.claims import PodClaims, pod_identity, reserved_for, resolve_pod_claims
@@ -132,6 +132,8 @@ class SchedulingService:
         self.ledger.listeners.append(self._in_flight_changed)
         for entry in self.ledger:
             self.store.set_in_flight(entry.claim_key, entry.result)
+        # The last request's candidate nodes, canonicalised (see _candidates).
+        self._last_candidates: tuple[list[str], set[str]] | None = None
         # Bind decisions are serialised: deciding is milliseconds, the writes happen outside it.
         self._decide = asyncio.Lock()
 
@@ -181,15 +183,30 @@ class SchedulingService:
         selectors = tuple(c.allocation.node_selector for c in claims.allocated if c.allocation is not None)
         return self.features, tuple(specs), selectors
 
-    def _verdicts(self, claims: PodClaims, node_names: Sequence[str]) -> ShapeVerdicts:
+    def _candidates(self, node_names: Sequence[str]) -> tuple[list[str], set[str]]:
+        """The request's node names as the store's own string objects, as a list and a set.
+
+        kube-scheduler sends the same candidate list again and again, as fresh strings: hashing
+        them and comparing them with the remembered keys character by character cost more than
+        the rest of a remembered filter. A list equal to the previous one is answered with the
+        previous objects (whose hashes are cached and which *are* the keys of the FitCache)."""
+        last = self._last_candidates
+        if last is not None and last[0] == node_names:
+            return last
+        known = self.store.nodes
+        names = [name if (info := known.get(name)) is None else info.name for name in node_names]
+        self._last_candidates = (names, set(names))
+        return self._last_candidates
+
+    def _verdicts(self, claims: PodClaims, node_names: Sequence[str], unique: set[str]) -> ShapeVerdicts:
         """Per node: a detached Allocation (the claims fit) or (unresolvable, reason). Verdicts come
         from the FitCache where remembered; the allocator runs for the other nodes only. Raises
-        the ExtenderError that fails the whole attempt."""
+        the ExtenderError that fails the whole attempt. ``unique``: ``set(node_names)``."""
         self._refresh()
         fits = self.store.fits
         shape = self._shape(claims)
         table = fits.table(shape) if shape is not None else ShapeVerdicts()
-        unknown = set(node_names).difference(table.by_node)
+        unknown = unique.difference(table.by_node)
         fits.stats.hits += len(node_names) - len(unknown)
         if not unknown:
             return table
@@ -283,7 +300,8 @@ class SchedulingService:
             claims = resolve_pod_claims(pod, self.store, self.ledger)
             if not claims.all:
                 return FilterOutcome(list(node_names))
-            verdicts = self._verdicts(claims, node_names)
+            node_names, unique = self._candidates(node_names)
+            verdicts = self._verdicts(claims, node_names, unique)
         except ExtenderError as exc:
             return FilterOutcome([], error=exc.reason)
         failing = verdicts.failing
@@ -366,9 +384,9 @@ class SchedulingService:
         if not claims.all:
             return [(name, 0) for name in node_names]
         policy = self._policy_for(pod)
-        verdicts = self._verdicts(claims, node_names)
+        node_names, names = self._candidates(node_names)
+        verdicts = self._verdicts(claims, node_names, names)
         # Set operations run in C: this is per node, and usually every node was remembered.
-        names = set(node_names)
         fitting = names.difference(verdicts.failing)
         if len(names) != len(node_names):
             twice = sorted({name for name in fitting if node_names.count(name) > 1})
@@ -382,11 +400,18 @@ class SchedulingService:
             for name in unscored:
                 allocation = verdicts.by_node[name]
                 assert isinstance(allocation, Allocation)
-                remembered[name] = raw_scores(ScoringCandidate(allocation, usage[name]), attribute)
+                candidate = ScoringCandidate(allocation, usage[name])
+                remembered[name] = verdicts.code(raw_scores(candidate, attribute))
         # ``remembered`` may hold nodes this request did not ask about
-        raw = remembered if len(remembered) == len(fitting) else {name: remembered[name] for name in fitting}
-        combined = combine_raw_scores(raw, policy)
-        return [(name, combined.get(name, 0)) for name in node_names]
+        codes = remembered if len(remembered) == len(fitting) else {name: remembered[name] for name in fitting}
+        in_use = set(codes.values())
+        values = verdicts.values
+        by_value = scores_by_value([values[code] for code in in_use], policy)
+        score_of = [0] * len(values)
+        for used in in_use:
+            score_of[used] = by_value[values[used]]
+        get = codes.get
+        return [(name, 0 if (code := get(name)) is None else score_of[code]) for name in node_names]
 
     def _usage(self, node_names: Iterable[str]) -> dict[str, DeviceUsage]:
         """Device usage per node, from the FitCache where remembered."""

@@ -102,7 +102,7 @@ def cached_filter(svc: SchedulingService, pod: dict[str, Any], names: list[str])
     if not outcome.error:
         claims = resolve_pod_claims(svc._pod_for(pod), svc.store, svc.ledger)
         if claims.all:
-            verdicts = svc._verdicts(claims, names)
+            verdicts = svc._verdicts(claims, names, set(names))
             for name in outcome.node_names:
                 verdict = verdicts.by_node[name]
                 assert isinstance(verdict, Allocation)
