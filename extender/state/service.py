@@ -73,6 +73,8 @@ NOT_AVAILABLE = "resourceclaim not available on the node"
 NO_CLASS_DEVICES = "no devices of the requested device classes on the node"
 NOT_SYNCED = "cache not synced yet"
 _NOT_AVAILABLE = (True, NOT_AVAILABLE)
+#: Candidate lists ``_candidates`` keeps: the full list for filter, survivors for prioritize.
+_RECENT_CANDIDATE_LISTS = 4
 #: client-go's retry.DefaultRetry: 5 attempts on conflict.
 WRITE_ATTEMPTS = 5
 
@@ -132,8 +134,9 @@ class SchedulingService:
         self.ledger.listeners.append(self._in_flight_changed)
         for entry in self.ledger:
             self.store.set_in_flight(entry.claim_key, entry.result)
-        # The last request's candidate nodes, canonicalised (see _candidates).
-        self._last_candidates: tuple[list[str], set[str]] | None = None
+        # The latest requests' candidate nodes, canonicalised (see _candidates): filter asks about
+        # every node, prioritize about the survivors.
+        self._recent_candidates: list[tuple[list[str], set[str]]] = []
         # Bind decisions are serialised: deciding is milliseconds, the writes happen outside it.
         self._decide = asyncio.Lock()
 
@@ -188,15 +191,18 @@ class SchedulingService:
 
         kube-scheduler sends the same candidate list again and again, as fresh strings: hashing
         them and comparing them with the remembered keys character by character cost more than
-        the rest of a remembered filter. A list equal to the previous one is answered with the
-        previous objects (whose hashes are cached and which *are* the keys of the FitCache)."""
-        last = self._last_candidates
-        if last is not None and last[0] == node_names:
-            return last
+        the rest of a remembered filter. A list equal to a recent one is answered with that one's
+        objects (whose hashes are cached and which *are* the keys of the FitCache)."""
+        recent = self._recent_candidates
+        for entry in recent:
+            if entry[0] == node_names:  # a list of another length compares unequal at once
+                return entry
         known = self.store.nodes
         names = [name if (info := known.get(name)) is None else info.name for name in node_names]
-        self._last_candidates = (names, set(names))
-        return self._last_candidates
+        entry = (names, set(names))
+        recent.insert(0, entry)
+        del recent[_RECENT_CANDIDATE_LISTS:]
+        return entry
 
     def _verdicts(self, claims: PodClaims, node_names: Sequence[str], unique: set[str]) -> ShapeVerdicts:
         """Per node: a detached Allocation (the claims fit) or (unresolvable, reason). Verdicts come
