@@ -21,6 +21,7 @@ import copy
 import datetime
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import filterfalse
 from typing import Any
 
 import orjson
@@ -311,15 +312,14 @@ class SchedulingService:
         except ExtenderError as exc:
             return FilterOutcome([], error=exc.reason)
         failing = verdicts.failing
-        if not failing or failing.keys().isdisjoint(node_names):
+        rejected = failing.keys() & unique  # C-level set work: this runs over every node
+        if not rejected:
             result = FilterOutcome(list(node_names))
         else:
-            result = FilterOutcome([name for name in node_names if name not in failing])
-            for name in node_names:
-                verdict = failing.get(name)
-                if verdict is not None:
-                    is_unresolvable, reason = verdict
-                    (result.unresolvable if is_unresolvable else result.failed)[name] = reason
+            result = FilterOutcome(list(filterfalse(rejected.__contains__, node_names)))
+            for name in sorted(rejected):
+                is_unresolvable, reason = failing[name]
+                (result.unresolvable if is_unresolvable else result.failed)[name] = reason
         if not result.node_names and self.on_rejected is not None:
             self.on_rejected(pod)
         return result
@@ -416,8 +416,10 @@ class SchedulingService:
         score_of = [0] * len(values)
         for used in in_use:
             score_of[used] = by_value[values[used]]
-        get = codes.get
-        return [(name, 0 if (code := get(name)) is None else score_of[code]) for name in node_names]
+        # node -> code -> score, through C-level maps (None: the node does not fit)
+        score_by_code: dict[int | None, int] = dict(enumerate(score_of))
+        score_by_code[None] = 0
+        return list(zip(node_names, map(score_by_code.__getitem__, map(codes.get, node_names)), strict=True))
 
     def _usage(self, node_names: Iterable[str]) -> dict[str, DeviceUsage]:
         """Device usage per node, from the FitCache where remembered."""
