@@ -52,7 +52,7 @@ from extender.core.model import (
     ResourceClaim,
     ResourceSlice,
 )
-from extender.core.nodeselector import node_matches
+from extender.core.nodeselector import node_matches, pinned_node_names
 from extender.core.pools import CounterKey, DeviceEntry, NodeView, Pool, PoolNodeSelectionError, SliceSnapshot
 from extender.core.quantity import Quantity
 
@@ -465,6 +465,24 @@ class Allocator:
             if all(self.selectors.results(e, entry.slice)[entry.index] is True for e in expressions):
                 return True
         return False
+
+    def pinned_nodes(self) -> frozenset[str] | None:
+        """The only node names the pre-allocated claims can be used on, when each one's allocation
+        names its nodes outright (``nodeselector.pinned_node_names``, what allocation results
+        write); None when a selector must be matched per node, or none restricts. On every other
+        node ``unavailable_claim`` answers before anything else is looked at, so callers deciding
+        many nodes can settle those without asking node by node."""
+        allowed: frozenset[str] | None = None
+        for claim in self.preallocated:
+            assert claim.allocation is not None
+            selector = claim.allocation.node_selector
+            if selector is None:
+                continue
+            pinned = pinned_node_names(selector)
+            if pinned is None:
+                return None
+            allowed = pinned if allowed is None else allowed & pinned
+        return allowed
 
     def unavailable_claim(self, node: NodeInfo) -> ResourceClaim | None:
         """The first pre-allocated claim whose allocation cannot be used on this node (upstream:

@@ -5,7 +5,8 @@ Two kinds:
 - events, counted as they happen by the handlers: verb latency, nodes passed/failed per filter,
   binds by outcome and error class, errors answered per verb;
 - state, read at scrape time by ``_StateCollector`` from the service: allocations made, ledger
-  size, cache sizes, CEL compile and result-cache hits and misses, readiness. Nothing polls.
+  size, cache sizes, CEL compile and result-cache hits and misses, remembered-verdict (fit cache)
+  hits, misses and drops, readiness. Nothing polls.
 
 Label values are bounded: verbs are fixed names, reasons are error class names. Handlers reach a
 labelled series through ``Labelled`` (``metrics.binds_by("bound", "")``), which remembers each child:

@@ -41,7 +41,6 @@ from extender.core.errors import (
 )
 from extender.core.explain import explain_node
 from extender.core.model import AllocationResult, DeviceID, Features, NodeInfo, ResourceClaim, UnparsedVersion
-from extender.core.nodeselector import pinned_node_names
 from extender.core.scoring import (
     TOPOLOGY,
     DeviceUsage,
@@ -164,6 +163,10 @@ class SchedulingService:
 
     def _allocator(self, claims: PodClaims) -> Allocator:
         self._refresh()
+        return self._allocator_now(claims)
+
+    def _allocator_now(self, claims: PodClaims) -> Allocator:
+        """``_allocator`` for callers that have just refreshed."""
         return Allocator(
             claims.to_allocate,
             classes=self.store.classes,
@@ -219,10 +222,10 @@ class SchedulingService:
             return table
         missing = list(dict.fromkeys(name for name in node_names if name in unknown))  # in request order
         fits.stats.misses += len(missing)
-        missing = self._settle_pinned(claims, missing, table)
+        allocator = self._allocator_now(claims)
+        missing = self._settle_pinned(allocator.pinned_nodes(), missing, table)
         if not missing:
             return table
-        allocator = self._allocator(claims)
         nodes = [self.store.node(name) for name in missing]
         for node, outcome in zip(nodes, allocator.allocate_many(nodes), strict=True):
             verdict: Verdict
@@ -239,21 +242,9 @@ class SchedulingService:
         return table
 
     @staticmethod
-    def _settle_pinned(claims: PodClaims, names: list[str], table: ShapeVerdicts) -> list[str]:
-        """Answer the nodes an allocated claim of the pod is pinned away from, and return the rest.
-
-        A claim allocated on other nodes (a shared claim) makes every node outside its allocation's
-        node selector "not available" before the allocator looks at anything else; when that
-        selector names nodes outright, those verdicts need no per-node selector matching."""
-        allowed: frozenset[str] | None = None
-        for claim in claims.allocated:
-            selector = claim.allocation.node_selector if claim.allocation is not None else None
-            if selector is None:
-                continue
-            pinned = pinned_node_names(selector)
-            if pinned is None:
-                return names  # a label selector: the allocator matches it per node
-            allowed = pinned if allowed is None else allowed & pinned
+    def _settle_pinned(allowed: frozenset[str] | None, names: list[str], table: ShapeVerdicts) -> list[str]:
+        """Answer "not available" for the nodes outside ``allowed`` (``Allocator.pinned_nodes``:
+        the pod's shared claim is allocated elsewhere) and return the rest, still to decide."""
         if allowed is None:
             return names
         rest = []
@@ -410,14 +401,11 @@ class SchedulingService:
                 remembered[name] = verdicts.code(raw_scores(candidate, attribute))
         # ``remembered`` may hold nodes this request did not ask about
         codes = remembered if len(remembered) == len(fitting) else {name: remembered[name] for name in fitting}
-        in_use = set(codes.values())
         values = verdicts.values
-        by_value = scores_by_value([values[code] for code in in_use], policy)
-        score_of = [0] * len(values)
-        for used in in_use:
-            score_of[used] = by_value[values[used]]
+        in_use = {code: values[code] for code in set(codes.values())}
+        by_value = scores_by_value(in_use.values(), policy)
         # node -> code -> score, through C-level maps (None: the node does not fit)
-        score_by_code: dict[int | None, int] = dict(enumerate(score_of))
+        score_by_code: dict[int | None, int] = {code: by_value[value] for code, value in in_use.items()}
         score_by_code[None] = 0
         return list(zip(node_names, map(score_by_code.__getitem__, map(codes.get, node_names)), strict=True))
 

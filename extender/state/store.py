@@ -23,7 +23,7 @@ from typing import Any
 import orjson
 
 from extender.core.cel import SelectorCache
-from extender.core.convert import decode_object, decode_resource_claim
+from extender.core.convert import decode_object
 from extender.core.errors import InvalidObject
 from extender.core.model import (
     AllocatedState,
@@ -177,16 +177,10 @@ class ObjectStore:
             self.pods[key] = raw
             self.revision += 1
             return
-        spec_key: bytes | None = None
-        if kind == "ResourceClaim":
-            spec_key = _spec_key(raw)
-            old_claim = self.claims.get(key)
-            same = None
-            if old_claim is not None and spec_key is not None and self.claim_specs.get(key) == spec_key:
-                same = old_claim
-            obj: object = decode_resource_claim(raw, same_spec_as=same)  # raises before anything changes
-        else:
-            obj = decode_object(raw)  # raises before anything changes
+        spec_key = _spec_key(raw) if kind == "ResourceClaim" else None
+        # A claim's spec is immutable: a status update need not decode it again.
+        same = self.claims.get(key) if spec_key is not None and self.claim_specs.get(key) == spec_key else None
+        obj = decode_object(raw, same_spec_as=same)  # raises before anything changes
         self.revision += 1
         if isinstance(obj, DeviceClass):
             self.classes[key] = obj

@@ -134,25 +134,29 @@ def deallocate_one(svc: SchedulingService, rng: random.Random) -> str:
     return f"deallocated {key}"
 
 
+def stored_copy(svc: SchedulingService, kind: str, name: str) -> dict[str, Any]:
+    """A copy of a cluster-scoped object as the embedded backend holds it, to edit and apply."""
+    backend: EmbeddedBackend = svc.backend  # type: ignore[assignment]
+    raw = backend.get(kind, None, name)
+    assert raw is not None
+    return copy.deepcopy(raw)
+
+
 def relabel_node(svc: SchedulingService, rng: random.Random) -> str:
     """Move a node to another rack: the network-attached pools it sees change."""
-    backend: EmbeddedBackend = svc.backend  # type: ignore[assignment]
     name = rng.choice(sorted(svc.store.nodes))
-    raw = copy.deepcopy(backend.get("Node", None, name))
-    assert raw is not None
+    raw = stored_copy(svc, "Node", name)
     labels = raw["metadata"].setdefault("labels", {})
     racks = sorted({n.labels.get(gen.RACK_LABEL, "") for n in svc.store.nodes.values()} - {""})
     labels[gen.RACK_LABEL] = rng.choice(racks) if racks else "rack-x"
-    backend.apply(raw)
+    svc.backend.apply(raw)  # type: ignore[attr-defined]
     return f"relabelled {name}"
 
 
 def change_slice(svc: SchedulingService, rng: random.Random) -> str:
     """Drop the last device of a slice, or taint its first one (so it needs the full search)."""
-    backend: EmbeddedBackend = svc.backend  # type: ignore[assignment]
     name = rng.choice(sorted(k for k, s in svc.store.slices.items() if s.devices))
-    raw = copy.deepcopy(backend.get("ResourceSlice", None, name))
-    assert raw is not None
+    raw = stored_copy(svc, "ResourceSlice", name)
     devices = raw["spec"]["devices"]
     if rng.random() < 0.5 and len(devices) > 1:
         devices.pop()
@@ -160,18 +164,16 @@ def change_slice(svc: SchedulingService, rng: random.Random) -> str:
     else:
         devices[0]["taints"] = [{"key": "maintenance", "effect": "NoSchedule"}]
         what = "tainted a device of"
-    backend.apply(raw)
+    svc.backend.apply(raw)  # type: ignore[attr-defined]
     return f"{what} {name}"
 
 
 def change_class(svc: SchedulingService, rng: random.Random) -> str:
-    backend: EmbeddedBackend = svc.backend  # type: ignore[assignment]
     name = rng.choice(sorted(svc.store.classes))
-    raw = copy.deepcopy(backend.get("DeviceClass", None, name))
-    assert raw is not None
+    raw = stored_copy(svc, "DeviceClass", name)
     selectors = raw["spec"].setdefault("selectors", [])
     selectors.append({"cel": {"expression": 'device.attributes["gpu.example.com"].index != 0'}})
-    backend.apply(raw)
+    svc.backend.apply(raw)  # type: ignore[attr-defined]
     return f"narrowed class {name}"
 
 

@@ -283,7 +283,7 @@ async def test_a_pod_deleted_mid_bind_leaves_nothing_behind() -> None:
 def test_prioritize_and_later_pods_reuse_remembered_verdicts_until_a_node_changes() -> None:
     svc = service(cluster(claim("c1"), claim("c2"), pod("p", "c1"), pod("q", "c2"), nodes=2, gpus=2))
     calls = []
-    original = svc._allocator
+    original = svc._allocator_now
 
     def counting(claims: Any) -> Any:
         allocator = original(claims)
@@ -296,7 +296,7 @@ def test_prioritize_and_later_pods_reuse_remembered_verdicts_until_a_node_change
         allocator.allocate_many = many  # type: ignore[method-assign]
         return allocator
 
-    svc._allocator = counting  # type: ignore[method-assign]
+    svc._allocator_now = counting  # type: ignore[method-assign]
     fresh = dict(svc.prioritize(pod("p", "c1"), NODES))
     assert calls == [NODES]
     assert svc.filter(pod("p", "c1"), NODES).node_names == NODES

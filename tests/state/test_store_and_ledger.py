@@ -93,6 +93,10 @@ def test_a_status_update_reuses_the_decoded_spec_and_a_changed_spec_is_decoded_a
     bad["spec"]["devices"]["requests"][0]["exactly"]["count"] = -1  # invalid, not reused from before
     with pytest.raises(InvalidObject, match="count"):
         store.upsert(bad)
+    versionless = raw_claim("c1", ["node-1/d1"])
+    del versionless["apiVersion"]  # the same spec bytes but no group: still refused as before
+    with pytest.raises(InvalidObject, match="apiVersion"):
+        store.upsert(versionless)
     unshareable = raw_claim("c2")
     unshareable["spec"]["devices"]["config"] = [{"opaque": {"driver": "d", "parameters": {1: "x"}}}]
     store.upsert(unshareable)  # a non-string key (YAML): decoded, just not part of any shape

@@ -50,8 +50,9 @@ def decode_node_selector(raw: object) -> NodeSelector:
         return node_selector(raw, "")
 
 
-def decode_object(raw: object) -> DecodedObject:
-    """Decode any supported object by its ``kind``; other kinds raise ``InvalidObject``."""
+def decode_object(raw: object, *, same_spec_as: ResourceClaim | None = None) -> DecodedObject:
+    """Decode any supported object by its ``kind``; other kinds raise ``InvalidObject``.
+    ``same_spec_as``: for a ResourceClaim, see ``decode_resource_claim``."""
     body = object_dict(raw, "object")
     kind = body.get("kind")
     if kind == "Node":
@@ -66,6 +67,8 @@ def decode_object(raw: object) -> DecodedObject:
             path="apiVersion",
             obj=_describe(body),
         )
+    if same_spec_as is not None and kind == "ResourceClaim":
+        return decode_resource_claim(body, same_spec_as=same_spec_as)
     return decoder(body)
 
 
