@@ -13,7 +13,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1
 RUN python -m venv /opt/dra-extender
 # The runtime dependencies, exactly as [project.dependencies] in pyproject.toml lists them
-# (tests/deploy checks that the two lists agree). Installed before the source is copied, so that
+# (tests/deploy checks that the two lists agree; uvloop's platform marker always holds here). Installed before the source is copied, so that
 # a code change does not re-download them.
 RUN /opt/dra-extender/bin/pip install \
         "cel-python>=0.5.0,<0.6" \
@@ -22,7 +22,8 @@ RUN /opt/dra-extender/bin/pip install \
         "aiohttp>=3.9" \
         "structlog>=24.1" \
         "prometheus-client>=0.20" \
-        "kubernetes-asyncio>=30.0"
+        "kubernetes-asyncio>=30.0" \
+        "uvloop>=0.19"
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY extender ./extender

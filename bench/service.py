@@ -53,6 +53,7 @@ import orjson
 
 from bench import cluster_gen
 from bench.http_client import LeanClient
+from extender.server.eventloop import EVENT_LOOPS, event_loop_name, new_event_loop
 
 __all__ = ["Row", "main", "run_size"]
 
@@ -91,7 +92,9 @@ class Row:
 # --- the server side ----------------------------------------------------------------------------------
 
 
-def serve(cluster: str, port: int, log_level: str, profile: str | None, gc_mode: str = "default") -> int:
+def serve(
+    cluster: str, port: int, log_level: str, profile: str | None, gc_mode: str = "default", event_loop: str = "auto"
+) -> int:
     """What ``dra-extender serve --cluster`` does, with the manifests parsed by orjson.
 
     ``gc_mode="freeze"`` adds what the service does not do (yet): ``gc.collect(); gc.freeze()`` once the
@@ -119,7 +122,7 @@ def serve(cluster: str, port: int, log_level: str, profile: str | None, gc_mode:
     backend = EmbeddedBackend(objects)
     del objects, document
     service = SchedulingService(backend=backend, scoring=ScoringPolicy.parse(DEFAULT_SCORING))
-    app = create_app(service, ServerSettings(host="127.0.0.1", port=port))
+    app = create_app(service, ServerSettings(host="127.0.0.1", port=port, event_loop=event_loop))
     if gc_mode == "freeze":
         app.on_startup.append(_freeze)  # after create_app's own startup (load, warm-up)
     if profile is None:
@@ -384,6 +387,7 @@ class Settings:
     server_log_level: str
     server_gc: str
     workdir: Path
+    event_loop: str = "auto"
     profile_dir: Path | None = None
 
 
@@ -418,6 +422,7 @@ async def run_size(nodes: int, settings: Settings) -> Row:
     base = f"http://127.0.0.1:{port}"
     command = [sys.executable, "-m", "bench.service", "serve", "--cluster", str(path), "--port", str(port)]
     command += ["--log-level", settings.server_log_level, "--gc", settings.server_gc]
+    command += ["--event-loop", settings.event_loop]
     if settings.profile_dir is not None:
         command += ["--profile", str(settings.profile_dir / f"server-{nodes}.prof")]
     row.cold_start_s, process = await cold_start(command, base, probes[0], node_names, timeout=600)
@@ -461,7 +466,7 @@ async def run_size(nodes: int, settings: Settings) -> Row:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     cli = [sys.executable, "-m", "extender", "serve", "--cluster", str(path), "--listen", f"127.0.0.1:{port}"]
-    cli += ["--log-level", settings.server_log_level, "--log-format", "json"]
+    cli += ["--log-level", settings.server_log_level, "--log-format", "json", "--event-loop", settings.event_loop]
     try:
         row.cli_cold_start_s, process = await cold_start(cli, base, probes[0], node_names, settings.cli_timeout)
         stop(process)
@@ -473,11 +478,11 @@ async def run_size(nodes: int, settings: Settings) -> Row:
 # --- output ---------------------------------------------------------------------------------------------------
 
 
-def header(server_gc: str = "default") -> str:
+def header(server_gc: str = "default", event_loop: str = "auto") -> str:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return (
         f"Python {platform.python_version()} ({platform.python_implementation()}), {cpus} CPUs, "
-        f"aiohttp {aiohttp.__version__}, client and server on one machine"
+        f"aiohttp {aiohttp.__version__}, {event_loop_name(event_loop)} event loop, client and server on one machine"
         + (", server gc frozen after warm-up" if server_gc == "freeze" else "")
     )
 
@@ -589,6 +594,7 @@ def _parser() -> argparse.ArgumentParser:
     srv.add_argument("--log-level", default="info")
     srv.add_argument("--profile", help="write a cProfile of the whole server run here")
     srv.add_argument("--gc", choices=("default", "freeze"), default="default")
+    srv.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto")
     parser.add_argument("--sizes", type=_sizes, help="node counts (default 100,500,1000,5000)")
     parser.add_argument("--devices", type=int, default=10, help="GPUs per node (default 10)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and few requests, for a CI smoke run")
@@ -607,6 +613,13 @@ def _parser() -> argparse.ArgumentParser:
         default="default",
         help="default: as dra-extender serve; freeze: gc.freeze() after the warm-up (what-if)",
     )
+    parser.add_argument(
+        "--event-loop",
+        choices=EVENT_LOOPS,
+        default="auto",
+        help="the server's and the client's event loop, as dra-extender serve --event-loop (default auto: "
+        "uvloop if installed)",
+    )
     parser.add_argument("--profile-dir", help="run each server under cProfile, writing server-NODES.prof here")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG of the curves (needs matplotlib)")
     parser.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
@@ -617,7 +630,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
-        return serve(args.cluster, args.port, args.log_level, args.profile, args.gc)
+        return serve(args.cluster, args.port, args.log_level, args.profile, args.gc, args.event_loop)
     sizes = args.sizes or ([20, 50] if args.quick else list(DEFAULT_SIZES))
     devices = 4 if args.quick and args.devices == 10 else args.devices
     with tempfile.TemporaryDirectory(prefix="bench-service-") as tmp:
@@ -637,12 +650,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             server_log_level=args.server_log_level,
             server_gc=args.server_gc,
             workdir=workdir,
+            event_loop=args.event_loop,
             profile_dir=profile_dir,
         )
-        print(header(args.server_gc), flush=True)
+        print(header(args.server_gc, args.event_loop), flush=True)
         rows = []
         for nodes in sizes:
-            row = asyncio.run(run_size(nodes, settings))
+            # The client stands in for kube-scheduler (Go): it runs on the same loop as the server,
+            # so that its own cost per request stays small next to the server's.
+            with asyncio.Runner(loop_factory=lambda: new_event_loop(args.event_loop)[0]) as runner:
+                row = runner.run(run_size(nodes, settings))
             rows.append(row)
             print(
                 f"  {nodes} nodes: filter p99 {row.filter_p99_ms:.2f} ms, {row.pods_per_s:.0f} pods/s, "
@@ -661,7 +678,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nplot: {args.plot}" if plot(rows, args.plot) else "\nplot: matplotlib is not importable, skipped")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"header": header(args.server_gc), "rows": [asdict(r) for r in rows]}, fh, indent=2)
+            document = {"header": header(args.server_gc, args.event_loop), "rows": [asdict(r) for r in rows]}
+            json.dump(document, fh, indent=2)
             fh.write("\n")
     return 0
 

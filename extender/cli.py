@@ -31,6 +31,7 @@ from extender.core.model import (
 from extender.core.scoring import ScoringPolicy
 from extender.logconfig import LOG_FORMATS, LOG_LEVELS, configure_logging
 from extender.manifests import ManifestError, load_manifests
+from extender.server.eventloop import EVENT_LOOPS, event_loop_name
 from extender.server.settings import DEFAULT_MAX_BODY_BYTES, ServerSettings, parse_listen, ssl_context
 from extender.state.store import KINDS, ObjectStore
 
@@ -268,6 +269,12 @@ def _add_serve(commands: Any) -> None:
     option("--tls-cert-file", None, "serve HTTPS with this PEM certificate chain (needs --tls-key-file)")
     option("--tls-key-file", None, "PEM private key of --tls-cert-file")
     option("--tls-client-ca-file", None, "require client certificates signed by this CA (mutual TLS)")
+    option(
+        "--event-loop",
+        "auto",
+        "auto (uvloop if installed, else asyncio), uvloop or asyncio (default %(default)s)",
+        choices=EVENT_LOOPS,
+    )
     serve.set_defaults(func=_serve)
 
 
@@ -321,7 +328,9 @@ def _serve(args: argparse.Namespace) -> int:
             tls_cert_file=args.tls_cert_file or None,
             tls_key_file=args.tls_key_file or None,
             tls_client_ca_file=args.tls_client_ca_file or None,
+            event_loop=args.event_loop,
         )
+        event_loop_name(settings.event_loop)  # uvloop asked for but missing: say so before loading
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

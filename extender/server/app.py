@@ -20,6 +20,7 @@ import structlog
 from aiohttp import web
 
 from extender.server import debug, handlers
+from extender.server.eventloop import new_event_loop
 from extender.server.keys import METRICS, SERVICE, SETTINGS
 from extender.server.metrics import Metrics
 from extender.server.middleware import request_middleware
@@ -118,12 +119,17 @@ def run(app: web.Application) -> None:
     scheme = "https" if context else "http"
     prefix = normalize_prefix(settings.path_prefix)
 
+    loop, loop_name = new_event_loop(settings.event_loop)
+
     def started(_text: str) -> None:
         log.info(
             "server.listening",
             url=f"{scheme}://{settings.host}:{settings.port}{prefix}",
             mtls=bool(settings.tls_client_ca_file),
             max_body_bytes=settings.max_body_bytes,
+            event_loop=loop_name,
         )
 
-    web.run_app(app, host=settings.host, port=settings.port, ssl_context=context, access_log=None, print=started)
+    web.run_app(
+        app, host=settings.host, port=settings.port, ssl_context=context, access_log=None, print=started, loop=loop
+    )

@@ -23,7 +23,7 @@ from extender.server.wire import (
     ExtenderArgs,
     WireField,
     binding_result,
-    encode_priority_list,
+    encode_priority_columns,
     error_filter_result,
     error_text,
     filter_result,
@@ -140,7 +140,7 @@ async def prioritize(request: web.Request) -> web.Response:
     with log_context(pod=pod_key):
         try:
             sync_request_nodes(service, args)
-            scores = service.prioritize(args.pod, args.node_names)
+            hosts, scores = service.prioritize_columns(args.pod, args.node_names)
         except Exception as exc:
             metrics.errors_by("prioritize", type(exc).__name__).inc()
             if isinstance(exc, ExtenderError):
@@ -148,7 +148,7 @@ async def prioritize(request: web.Request) -> web.Response:
             else:
                 log.exception("prioritize.crashed", pod=pod_key)
             return json_response([])
-        body, best = encode_priority_list(scores)
+        body, best = encode_priority_columns(hosts, scores)
         log.info(
             "prioritize.scored",
             pod=pod_key,

@@ -1,4 +1,4 @@
-"""Settings of the HTTP server: path prefix, body limit, listen address and TLS.
+"""Settings of the HTTP server: path prefix, body limit, listen address, TLS and event loop.
 
 ``ServerSettings`` is plain data (the CLI fills it from flags and environment variables);
 ``ssl_context`` turns its TLS fields into an ``ssl.SSLContext`` for ``web.run_app``.
@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ssl
 from dataclasses import dataclass
+
+from extender.server.eventloop import EVENT_LOOPS
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServerSettings", "normalize_prefix", "parse_listen", "ssl_context"]
 
@@ -39,6 +41,10 @@ class ServerSettings:
     tls_client_ca_file: str | None = None
     """When set, clients must present a certificate signed by this CA (mutual TLS)."""
 
+    event_loop: str = "auto"
+    """``auto`` (uvloop if installed, else asyncio's loop), ``uvloop`` or ``asyncio``; see
+    ``extender.server.eventloop``."""
+
     def __post_init__(self) -> None:
         if self.max_body_bytes <= 0:
             raise ValueError(f"max body bytes must be positive, not {self.max_body_bytes}")
@@ -48,6 +54,8 @@ class ServerSettings:
             raise ValueError("TLS needs both a certificate file and a key file")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ValueError("a client CA file (mutual TLS) needs a server certificate and key")
+        if self.event_loop not in EVENT_LOOPS:
+            raise ValueError(f"event loop must be one of {', '.join(EVENT_LOOPS)}, not {self.event_loop!r}")
 
 
 def normalize_prefix(prefix: str) -> str:

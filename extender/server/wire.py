@@ -32,6 +32,7 @@ __all__ = [
     "ExtenderArgs",
     "WireField",
     "binding_result",
+    "encode_priority_columns",
     "encode_priority_list",
     "error_filter_result",
     "error_text",
@@ -299,25 +300,42 @@ _SCORE_THEN_END = {score: f'","Score":{score}}}]' for score in range(11)}
 
 
 def encode_priority_list(scores: Sequence[tuple[str, Any]]) -> tuple[bytes, tuple[str, int] | None]:
-    """``orjson.dumps(priority_list(scores))``, and the first best ``(host, score)`` (None if empty).
-
-    The usual answer is written as text by C-level joins, without a dict per node: host names that
-    orjson writes verbatim (printable ASCII without ``"`` or ``\\``, as every valid node name) and
-    scores equal to an int in 0..10 (which ``_clamp`` leaves as they are). The bytes are exactly
-    orjson's; anything else takes the ``priority_list`` way, errors included."""
+    """``orjson.dumps(priority_list(scores))``, and the first best ``(host, score)`` (None if empty);
+    see ``encode_priority_columns``."""
     if scores:
         try:
-            names, values = zip(*scores, strict=True)
-            joined = "".join(names)
+            hosts, values = zip(*scores, strict=True)
+        except (TypeError, ValueError):
+            pass  # not pairs: priority_list answers, or raises, as it always did
+        else:
+            return encode_priority_columns(hosts, values)
+    return _encode_pairs(scores)
+
+
+def encode_priority_columns(hosts: Sequence[str], scores: Sequence[Any]) -> tuple[bytes, tuple[str, int] | None]:
+    """``encode_priority_list(list(zip(hosts, scores)))``, from the two columns the service gives.
+
+    The usual answer is written as text by C-level joins, without a dict or a pair per node: host
+    names that orjson writes verbatim (printable ASCII without ``"`` or ``\\``, as every valid node
+    name) and scores equal to an int in 0..10 (which ``_clamp`` leaves as they are). The bytes are
+    exactly orjson's; anything else takes the ``priority_list`` way, errors included. ValueError
+    if the columns differ in length."""
+    if hosts and len(hosts) == len(scores):
+        try:
+            joined = "".join(hosts)
             if joined.isascii() and joined.isprintable() and '"' not in joined and "\\" not in joined:
-                pieces = [""] * (2 * len(names))
-                pieces[::2] = names
-                pieces[1::2] = map(_SCORE_THEN_NEXT.__getitem__, values)
-                pieces[-1] = _SCORE_THEN_END[values[-1]]
-                top = max(values)
-                return ('[{"Host":"' + "".join(pieces)).encode(), (names[values.index(top)], int(top))
+                pieces = [""] * (2 * len(hosts))
+                pieces[::2] = hosts
+                pieces[1::2] = map(_SCORE_THEN_NEXT.__getitem__, scores)
+                pieces[-1] = _SCORE_THEN_END[scores[-1]]
+                top = max(scores)
+                return ('[{"Host":"' + "".join(pieces)).encode(), (hosts[scores.index(top)], int(top))
         except (TypeError, ValueError, KeyError):
             pass  # the general way below answers, or raises, as it always did
+    return _encode_pairs(list(zip(hosts, scores, strict=True)))
+
+
+def _encode_pairs(scores: Sequence[tuple[str, Any]]) -> tuple[bytes, tuple[str, int] | None]:
     answer = priority_list(scores)
     best = max(answer, key=_SCORE, default=None)
     return orjson.dumps(answer), None if best is None else (best["Host"], best["Score"])

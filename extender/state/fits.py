@@ -25,7 +25,6 @@ the same rules. Pure data structure, no I/O.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 
@@ -108,7 +107,10 @@ class FitCache:
             raise ValueError("max_shapes must be at least 1")
         self.max_shapes = max_shapes
         self.stats = FitCacheStats()
-        self._tables: OrderedDict[Hashable, ShapeVerdicts] = OrderedDict()
+        # A plain dict kept in LRU order (oldest first), not an OrderedDict: iterating an
+        # OrderedDict's values looks every key up again, hashing each shape tuple per table on
+        # every invalidation, and invalidations run on every bind.
+        self._tables: dict[Hashable, ShapeVerdicts] = {}
         self._usage: dict[str, DeviceUsage] = {}
         # Which nodes have something remembered that depends on a pool, and the view each node
         # registered with (a node registers again after it was dropped or its view changed).
@@ -120,13 +122,13 @@ class FitCache:
     def table(self, shape: Hashable) -> ShapeVerdicts:
         """The verdicts of one pod shape; the caller reads and fills it directly (after
         ``depends``). The least recently used shape beyond ``max_shapes`` is forgotten."""
-        table = self._tables.get(shape)
+        tables = self._tables
+        table = tables.pop(shape, None)
         if table is None:
-            table = self._tables[shape] = ShapeVerdicts()
-            if len(self._tables) > self.max_shapes:
-                self._tables.popitem(last=False)
-        else:
-            self._tables.move_to_end(shape)
+            table = ShapeVerdicts()
+            if len(tables) >= self.max_shapes:
+                del tables[next(iter(tables))]
+        tables[shape] = table  # (re)inserted last: the most recently used
         return table
 
     def usage(self, node: str) -> DeviceUsage | None:

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import datetime
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from itertools import filterfalse
 from typing import Any
 
@@ -52,6 +51,7 @@ from extender.core.scoring import (
 )
 from extender.state.backend import Backend
 from extender.state.claims import PodClaims, pod_identity, reserved_for, resolve_pod_claims
+from extender.state.clock import utc_now_text
 from extender.state.fits import ShapeVerdicts, Verdict
 from extender.state.ledger import InFlightAllocation, InFlightLedger
 
@@ -126,6 +126,8 @@ class SchedulingService:
         self.store = backend.store
         self.ledger = ledger if ledger is not None else InFlightLedger()
         self.features = features
+        # Part of every pod shape key: a tuple hashes in C, the frozen dataclass in Python.
+        self._features_key = astuple(features)
         self.scoring = scoring if scoring is not None else ScoringPolicy.parse("binpack=1,prioritized=1")
         self.scoring_annotation = scoring_annotation
         self.stats = ServiceStats()
@@ -136,7 +138,7 @@ class SchedulingService:
             self.store.set_in_flight(entry.claim_key, entry.result)
         # The latest requests' candidate nodes, canonicalised (see _candidates): filter asks about
         # every node, prioritize about the survivors.
-        self._recent_candidates: list[tuple[list[str], set[str]]] = []
+        self._recent_candidates: dict[tuple[int | str, ...], tuple[list[str], set[str]]] = {}
         # Bind decisions are serialised: deciding is milliseconds, the writes happen outside it.
         self._decide = asyncio.Lock()
 
@@ -188,7 +190,7 @@ class SchedulingService:
                 return None
             specs.append(spec)
         selectors = tuple(c.allocation.node_selector for c in claims.allocated if c.allocation is not None)
-        return self.features, tuple(specs), selectors
+        return self._features_key, tuple(specs), selectors
 
     def _candidates(self, node_names: Sequence[str]) -> tuple[list[str], set[str]]:
         """The request's node names as the store's own string objects, as a list and a set.
@@ -196,16 +198,23 @@ class SchedulingService:
         kube-scheduler sends the same candidate list again and again, as fresh strings: hashing
         them and comparing them with the remembered keys character by character cost more than
         the rest of a remembered filter. A list equal to a recent one is answered with that one's
-        objects (whose hashes are cached and which *are* the keys of the FitCache)."""
+        objects (whose hashes are cached and which *are* the keys of the FitCache). Recent lists
+        are found by a fingerprint (the length and a few names spread over the list), then
+        compared in full once: comparing the request with each recent list in turn cost a full
+        comparison for every one sharing a long prefix with it, as the survivors of consecutive
+        filters do."""
+        fingerprint = _fingerprint(node_names)
         recent = self._recent_candidates
-        for entry in recent:
-            if entry[0] == node_names:  # a list of another length compares unequal at once
-                return entry
+        entry = recent.get(fingerprint)
+        if entry is not None and entry[0] == node_names:
+            return entry
         known = self.store.nodes
         names = [name if (info := known.get(name)) is None else info.name for name in node_names]
         entry = (names, set(names))
-        recent.insert(0, entry)
-        del recent[_RECENT_CANDIDATE_LISTS:]
+        recent.pop(fingerprint, None)
+        recent[fingerprint] = entry
+        if len(recent) > _RECENT_CANDIDATE_LISTS:
+            del recent[next(iter(recent))]  # the oldest
         return entry
 
     def _verdicts(self, claims: PodClaims, node_names: Sequence[str], unique: set[str]) -> ShapeVerdicts:
@@ -374,12 +383,17 @@ class SchedulingService:
 
     def prioritize(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
         """A 0..10 score for every given node (0 where the claims do not fit)."""
+        return list(zip(*self.prioritize_columns(pod, node_names), strict=True))
+
+    def prioritize_columns(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> tuple[Sequence[str], list[int]]:
+        """``prioritize`` as two columns, the nodes (as given) and their scores: what the HTTP
+        answer is written from, without a pair per node."""
         if not self.backend.synced:
             raise NotSynced(NOT_SYNCED)
         pod = self._pod_for(pod)
         claims = resolve_pod_claims(pod, self.store, self.ledger)
         if not claims.all:
-            return [(name, 0) for name in node_names]
+            return node_names, [0] * len(node_names)
         policy = self._policy_for(pod)
         node_names, names = self._candidates(node_names)
         verdicts = self._verdicts(claims, node_names, names)
@@ -407,7 +421,8 @@ class SchedulingService:
         # node -> code -> score, through C-level maps (None: the node does not fit)
         score_by_code: dict[int | None, int] = {code: by_value[value] for code, value in in_use.items()}
         score_by_code[None] = 0
-        return list(zip(node_names, map(score_by_code.__getitem__, map(codes.get, node_names)), strict=True))
+        # a tuple: the list is the service's own canonical one (``_candidates``), kept for reuse
+        return tuple(node_names), list(map(score_by_code.__getitem__, map(codes.get, node_names)))
 
     def _usage(self, node_names: Iterable[str]) -> dict[str, DeviceUsage]:
         """Device usage per node, from the FitCache where remembered."""
@@ -577,7 +592,7 @@ class SchedulingService:
                     record.added_finalizer = True
                     status = raw.setdefault("status", {})
                 allocation = encode_allocation_result(result, str(raw.get("apiVersion") or claim.api_version))
-                allocation["allocationTimestamp"] = _now()
+                allocation["allocationTimestamp"] = utc_now_text()
                 status["allocation"] = allocation
                 status.setdefault("reservedFor", []).append({"resource": "pods", "name": name, "uid": uid})
                 await self.backend.update_claim_status(raw)
@@ -694,6 +709,12 @@ class SchedulingService:
         return {"node": node_name, "labels": dict(node.labels), "pools": pools, "devices": devices}
 
 
+def _fingerprint(names: Sequence[str]) -> tuple[int | str, ...]:
+    """The length of ``names`` and about ten of them, spread over the list (see ``_candidates``)."""
+    count = len(names)
+    return (count, *names[:: max(1, count >> 3)], names[-1]) if count else (0,)
+
+
 def _attribute_json(value: object) -> object:
     if isinstance(value, bool | int | str):
         return value
@@ -710,7 +731,4 @@ def _json_copy(raw: dict[str, Any]) -> dict[str, Any]:
         return copy.deepcopy(raw)
     return copied
 
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

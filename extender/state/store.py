@@ -65,9 +65,11 @@ class AllocationIndex:
     """The ``AllocatedState`` of a set of claims, kept up to date one claim at a time.
 
     ``set(key, allocation)`` replaces what one claim holds and returns the devices whose state
-    may have changed; the state object is updated in place, so a caller holding it always sees
-    the current devices (callers use it synchronously). A device held by several claims stays
-    in use until the last one lets go.
+    changed; the state object is updated in place, so a caller holding it always sees the
+    current devices (callers use it synchronously). A device held by several claims stays in
+    use until the last one lets go, and a second holder of a device already in exclusive use
+    changes nothing: that is what a bind's in-flight entry and the claim's own allocation are
+    while the store catches up, and remembered verdicts survive it.
     """
 
     def __init__(self) -> None:
@@ -99,9 +101,16 @@ class AllocationIndex:
                     continue
                 touched.add(result.device_id)
                 self._holders.setdefault(result.device_id, {}).setdefault(key, []).append(result)
+        state = self.state
+        before = {device: (device in state.devices, state.consumed_capacity.get(device)) for device in touched}
         for device in touched:
             self._recount(device, old)
-        return touched
+        return {
+            device
+            for device in touched
+            if before[device] != (device in state.devices, state.consumed_capacity.get(device))
+            or _shares_on(old, device) != _shares_on(allocation, device)
+        }
 
     def _recount(self, device: DeviceID, old: AllocationResult | None) -> None:
         """Make the state's entries for ``device`` agree with its holders (the rules of
@@ -128,6 +137,17 @@ class AllocationIndex:
             state.consumed_capacity[device] = totals
         else:
             state.consumed_capacity.pop(device, None)
+
+
+def _shares_on(allocation: AllocationResult | None, device: DeviceID) -> set[str]:
+    """The share IDs ``allocation`` holds on ``device`` (what it adds to ``shared_ids``)."""
+    if allocation is None:
+        return set()
+    return {
+        r.share_id
+        for r in allocation.devices
+        if r.device_id == device and r.share_id is not None and not r.admin_access
+    }
 
 
 def _spec_key(raw: Mapping[str, Any]) -> bytes | None:

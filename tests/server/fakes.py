@@ -70,10 +70,10 @@ class FakeService:
     async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
         return self.filter(pod, node_names)
 
-    def prioritize(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
+    def prioritize_columns(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> tuple[list[str], list[Any]]:
         self.calls.append(("prioritize", pod["metadata"]["name"], list(node_names)))
         self._maybe_raise("prioritize")
-        return [(name, self.scores.get(name, 0)) for name in node_names]
+        return list(node_names), [self.scores.get(name, 0) for name in node_names]
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         self.calls.append(("bind", namespace, name, uid, node))

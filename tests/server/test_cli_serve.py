@@ -4,6 +4,7 @@ The ``allocate`` command is covered by ``tests/test_cli.py``."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -62,12 +63,20 @@ def test_flags(served: list[web.Application]) -> None:
     assert "default/two-gpus" in service.store.claims
 
 
+def test_event_loop_flag_and_variable(served: list[web.Application], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cli.main(["serve", "--cluster", str(CLUSTER), "--event-loop", "asyncio"]) == 0
+    monkeypatch.setenv("DRA_EXTENDER_EVENT_LOOP", "uvloop")
+    assert cli.main(["serve", "--cluster", str(CLUSTER)]) == 0
+    assert [app[SETTINGS].event_loop for app in served] == ["asyncio", "uvloop"]
+
+
 def test_defaults(served: list[web.Application]) -> None:
     assert cli.main(["serve", "--cluster", str(CLUSTER)]) == 0
     settings, service = served[0][SETTINGS], served[0][SERVICE]
     assert (settings.host, settings.port, settings.path_prefix) == ("127.0.0.1", 8888, "/")
     assert settings.max_body_bytes == 64 * 1024 * 1024
     assert settings.tls_cert_file is None
+    assert settings.event_loop == "auto"
     assert str(service.scoring) == "binpack=1,prioritized=1"
 
 
@@ -117,6 +126,7 @@ def test_demo_flag_and_variable(served: list[web.Application], monkeypatch: pyte
         (["serve", "--cluster", str(CLUSTER), "--tls-cert-file", "c.pem", "--tls-key-file", "k.pem"], {}, "TLS files"),
         (["serve", "--cluster", str(CLUSTER)], {"DRA_EXTENDER_LOG_FORMAT": "xml"}, "log format must be one of"),
         (["serve", "--cluster", str(CLUSTER)], {"DRA_EXTENDER_LOG_LEVEL": "loud"}, "log level must be one of"),
+        (["serve", "--cluster", str(CLUSTER)], {"DRA_EXTENDER_EVENT_LOOP": "trio"}, "event loop must be one of"),
     ],
 )
 def test_clear_errors(
@@ -143,6 +153,7 @@ def test_clear_errors(
         (["--listen", "8888"], "listen address '8888' is not HOST:PORT"),
         (["--max-body-bytes", "-1"], "must be a positive integer"),
         (["--log-format", "xml"], "invalid choice"),
+        (["--event-loop", "trio"], "invalid choice"),
         (["--requeue-rate", "-1"], "must not be negative"),
         (["--no-such-flag"], "unrecognized arguments"),
     ],
@@ -161,6 +172,16 @@ def test_bad_environment_value_is_a_usage_error(
     with pytest.raises(SystemExit):
         cli.main(["serve", "--demo"])
     assert "--max-body-bytes" in capsys.readouterr().err
+
+
+def test_uvloop_asked_for_but_missing_is_explained(
+    served: list[web.Application], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # import uvloop now raises ImportError
+    assert cli.main(["serve", "--cluster", str(CLUSTER), "--event-loop", "uvloop"]) == 2
+    assert "event loop uvloop is not available" in capsys.readouterr().err
+    assert served == []
+    assert cli.main(["serve", "--cluster", str(CLUSTER)]) == 0  # auto: asyncio's loop instead
 
 
 def test_missing_demo_file_is_explained(
@@ -223,6 +244,9 @@ def test_serve_demo_in_a_real_process() -> None:
     events = [json.loads(line) for line in out.decode().splitlines() if line.startswith("{")]
     names = [e["event"] for e in events]
     assert "server.listening" in names and "filter.decided" in names and "backend.stopped" in names
+    listening = next(e for e in events if e["event"] == "server.listening")
+    expected_loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
+    assert listening["event_loop"] == expected_loop
     decided = next(e for e in events if e["event"] == "filter.decided")
     assert decided["pod"] == "default/two-gpu-pod" and decided["level"] == "info" and "timestamp" in decided
     assert set(decided) == {

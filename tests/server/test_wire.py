@@ -16,6 +16,7 @@ from extender.server.wire import (
     BadRequest,
     WireField,
     binding_result,
+    encode_priority_columns,
     encode_priority_list,
     error_filter_result,
     error_text,
@@ -263,6 +264,16 @@ def test_encoded_priority_list_is_exactly_what_orjson_writes(scores: list[tuple[
     top = max(answer, key=lambda entry: entry["Score"], default=None)
     assert best == (None if top is None else (top["Host"], top["Score"]))
     assert best is None or type(best[1]) is int
+    hosts, values = [host for host, _ in scores], [value for _, value in scores]
+    assert encode_priority_columns(hosts, values) == (body, best)
+    assert encode_priority_columns(tuple(hosts), tuple(values)) == (body, best)
+
+
+def test_priority_columns_of_different_lengths_are_refused() -> None:
+    with pytest.raises(ValueError):
+        encode_priority_columns(["a", "b"], [1])
+    with pytest.raises(ValueError):
+        encode_priority_columns([], [1])
 
 
 @pytest.mark.parametrize(

@@ -350,7 +350,8 @@ def test_allocation_index_matches_a_rebuild_after_every_change() -> None:
                 for _ in range(rng.randrange(1, 3))
             )
             allocation = AllocationResult(devices=devices)
-        index.set(key, allocation)
+        before = _signatures(index.state)
+        reported = index.set(key, allocation)
         if allocation is None:
             current.pop(key, None)
         else:
@@ -361,3 +362,31 @@ def test_allocation_index_matches_a_rebuild_after_every_change() -> None:
         assert index.state.devices == rebuilt.devices
         assert index.state.shared_ids == rebuilt.shared_ids
         assert index.state.consumed_capacity == rebuilt.consumed_capacity
+        after = _signatures(index.state)
+        changed = {d for d in before.keys() | after.keys() if before.get(d) != after.get(d)}
+        assert changed <= reported  # every change is reported: remembered verdicts depend on it
+
+
+def _signatures(state: AllocatedState) -> dict[DeviceID, tuple[object, ...]]:
+    """Per device: everything the state says about it."""
+    out: dict[DeviceID, tuple[object, ...]] = {}
+    devices = state.devices | {s.device for s in state.shared_ids} | set(state.consumed_capacity)
+    for device in devices:
+        shares = frozenset(s.share_id for s in state.shared_ids if s.device == device)
+        out[device] = (device in state.devices, shares, state.consumed_capacity.get(device))
+    return out
+
+
+def test_a_second_holder_of_a_device_in_exclusive_use_changes_nothing() -> None:
+    """A bind's in-flight entry and the claim's own allocation hold the same devices while the store
+    catches up: the overlap must not invalidate remembered verdicts, twice per bind."""
+    index = AllocationIndex()
+    held = AllocationResult(devices=(_result("dev-1"), _result("dev-2")))
+    device_1, device_2 = (r.device_id for r in held.devices)
+    assert index.set("in-flight:claim", held) == {device_1, device_2}
+    assert index.set("claim", held) == set()
+    assert index.set("in-flight:claim", None) == set()
+    assert index.state.devices == {device_1, device_2}
+    assert index.set("claim", AllocationResult(devices=(_result("dev-1"),))) == {device_2}
+    assert index.set("claim", None) == {device_1}
+    assert index.state.devices == set()

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import datetime
 from typing import Any, TypeVar, cast
 
 import orjson
 
 from extender.core.errors import InvalidObject
+from extender.state.clock import utc_now_text
 
 __all__ = [
     "CLUSTER_SCOPED",
@@ -82,4 +82,4 @@ def describe(raw: Any) -> str:
 
 def now_timestamp() -> str:
     """The current time as a ``metav1.Time`` (seconds, UTC, ``Z``)."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return utc_now_text()

@@ -1,0 +1,23 @@
+"""The wall clock as the API server writes it in ``metav1.Time`` fields: ``2026-01-02T03:04:05Z``.
+
+A bind stamps a claim's allocation and the pod's PodScheduled condition; formatting the time with
+``datetime.now(UTC).strftime`` cost more than the rest of either write's bookkeeping, and the text
+only changes once a second, so it is formatted once per second.
+"""
+
+from __future__ import annotations
+
+import time
+
+__all__ = ["utc_now_text"]
+
+_last: tuple[int, str] = (-1, "")
+
+
+def utc_now_text() -> str:
+    """The current UTC time to the second, RFC 3339 with ``Z``."""
+    global _last
+    second = int(time.time())
+    if second != _last[0]:
+        _last = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
+    return _last[1]
