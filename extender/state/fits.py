@@ -54,34 +54,63 @@ class ShapeVerdicts:
     """The remembered verdicts of one pod shape.
 
     ``by_node`` holds every verdict; ``failing`` only those where the pod does not fit, usually a
-    few nodes, so a filter can pass all the others without looking at each verdict. ``raw`` holds
-    the scores prioritize derived from the allocations, per topology attribute; they are dropped
-    together with the verdict of their node.
+    few nodes, so a filter can pass all the others without looking at each verdict; ``failed``
+    and ``unresolvable`` split the failing nodes' reasons by kind, the two maps of a filter
+    answer, ready to copy. ``raw`` holds the scores prioritize derived from the allocations, per
+    topology attribute; they are dropped together with the verdict of their node.
+
+    ``covers(candidates)`` says whether every node of a candidate list (``Candidates.serial``)
+    was found remembered since the last drop, so that a repeated question skips the per-node
+    check: ``lost`` counts drops, and a candidate list is marked once all its nodes are known.
     """
 
-    __slots__ = ("by_node", "codes", "failing", "raw", "values")
+    __slots__ = ("_covered", "by_node", "codes", "failed", "failing", "lost", "raw", "unresolvable", "values")
 
     def __init__(self) -> None:
         self.by_node: dict[str, Verdict] = {}
         self.failing: dict[str, tuple[bool, str]] = {}
+        self.failed: dict[str, str] = {}
+        self.unresolvable: dict[str, str] = {}
         # node -> the index in ``values`` of its raw scores, per topology attribute: nodes share a
         # handful of distinct raw scores, and small ints hash and index faster than tuples
         self.raw: dict[str | None, dict[str, int]] = {}
         self.values: list[RawScores] = []
         self.codes: dict[RawScores, int] = {}
+        self.lost = 0
+        self._covered: dict[int, int] = {}
 
     def put(self, node: str, verdict: Verdict) -> None:
         self.by_node[node] = verdict
         if isinstance(verdict, tuple):
             self.failing[node] = verdict
-        else:
-            self.failing.pop(node, None)
+            unresolvable, reason = verdict
+            (self.unresolvable if unresolvable else self.failed)[node] = reason
+            (self.failed if unresolvable else self.unresolvable).pop(node, None)
+        elif self.failing.pop(node, None) is not None:
+            self.failed.pop(node, None)
+            self.unresolvable.pop(node, None)
 
     def drop(self, node: str) -> bool:
-        self.failing.pop(node, None)
+        if self.failing.pop(node, None) is not None:
+            self.failed.pop(node, None)
+            self.unresolvable.pop(node, None)
         for raw in self.raw.values():
             raw.pop(node, None)
-        return self.by_node.pop(node, None) is not None
+        if self.by_node.pop(node, None) is None:
+            return False
+        self.lost += 1
+        return True
+
+    def covers(self, serial: int) -> bool:
+        """Whether every node of candidate list ``serial`` is remembered (see ``mark_covered``)."""
+        return self._covered.get(serial) == self.lost
+
+    def mark_covered(self, serial: int) -> None:
+        """Every node of candidate list ``serial`` has a verdict now; until the next drop."""
+        covered = self._covered
+        if len(covered) >= 8:  # a few candidate lists are current at a time
+            covered.clear()
+        covered[serial] = self.lost
 
     def raw_scores(self, topology_attribute: str | None) -> dict[str, int]:
         """Node -> index of its RawScores in ``values`` (see ``code``)."""

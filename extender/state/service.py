@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import itertools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass, field
 from itertools import filterfalse
@@ -87,6 +88,23 @@ class FilterOutcome:
     error: str = ""
 
 
+class Candidates:
+    """A request's candidate nodes as the store's string objects (``SchedulingService._candidates``):
+    the list, the set, and a serial number that no other list gets (``ShapeVerdicts.covers``)."""
+
+    __slots__ = ("names", "serial", "unique")
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.unique = set(names)
+        self.serial = next(_SERIALS)
+
+
+_SERIALS = itertools.count()
+#: Joins a candidate list into one key (``_candidates``); node names never contain it.
+_SEPARATOR = "\x00"
+
+
 @dataclass(slots=True)
 class ServiceStats:
     """Counters the server exports as metrics."""
@@ -138,7 +156,7 @@ class SchedulingService:
             self.store.set_in_flight(entry.claim_key, entry.result)
         # The latest requests' candidate nodes, canonicalised (see _candidates): filter asks about
         # every node, prioritize about the survivors.
-        self._recent_candidates: dict[tuple[int | str, ...], tuple[list[str], set[str]]] = {}
+        self._recent_candidates: dict[str, Candidates] = {}
         # Bind decisions are serialised: deciding is milliseconds, the writes happen outside it.
         self._decide = asyncio.Lock()
 
@@ -192,48 +210,56 @@ class SchedulingService:
         selectors = tuple(c.allocation.node_selector for c in claims.allocated if c.allocation is not None)
         return self._features_key, tuple(specs), selectors
 
-    def _candidates(self, node_names: Sequence[str]) -> tuple[list[str], set[str]]:
+    def _candidates(self, node_names: Sequence[str]) -> Candidates:
         """The request's node names as the store's own string objects, as a list and a set.
 
         kube-scheduler sends the same candidate list again and again, as fresh strings: hashing
-        them and comparing them with the remembered keys character by character cost more than
-        the rest of a remembered filter. A list equal to a recent one is answered with that one's
-        objects (whose hashes are cached and which *are* the keys of the FitCache). Recent lists
-        are found by a fingerprint (the length and a few names spread over the list), then
-        compared in full once: comparing the request with each recent list in turn cost a full
-        comparison for every one sharing a long prefix with it, as the survivors of consecutive
-        filters do."""
-        fingerprint = _fingerprint(node_names)
+        them and comparing them with the remembered keys cost more than the rest of a remembered
+        filter (the remembered strings are spread over the heap, one cache miss each). A list
+        equal to a recent one is answered with that one's objects (whose hashes are cached and
+        which *are* the keys of the FitCache). Recent lists are found by the names joined into one
+        string, which is built from the freshly parsed (cache-hot) names and compared in one
+        ``memcmp``; a list whose names contain the separator is not remembered (node names never
+        do), and one that joins like a remembered list but has another length is not that list."""
+        joined = _SEPARATOR.join(node_names)
         recent = self._recent_candidates
-        entry = recent.get(fingerprint)
-        if entry is not None and entry[0] == node_names:
+        entry = recent.get(joined)
+        # Remembered lists have no separator in their names; with as many names, neither has this
+        # one, so the two lists are equal.
+        if entry is not None and len(entry.names) == len(node_names):
             return entry
         known = self.store.nodes
         names = [name if (info := known.get(name)) is None else info.name for name in node_names]
-        entry = (names, set(names))
-        recent.pop(fingerprint, None)
-        recent[fingerprint] = entry
-        if len(recent) > _RECENT_CANDIDATE_LISTS:
-            del recent[next(iter(recent))]  # the oldest
+        entry = Candidates(names)
+        if joined.count(_SEPARATOR) == max(0, len(names) - 1):  # else two lists could join alike
+            recent[joined] = entry
+            if len(recent) > _RECENT_CANDIDATE_LISTS:
+                del recent[next(iter(recent))]  # the oldest
         return entry
 
-    def _verdicts(self, claims: PodClaims, node_names: Sequence[str], unique: set[str]) -> ShapeVerdicts:
+    def _verdicts(self, claims: PodClaims, candidates: Candidates) -> ShapeVerdicts:
         """Per node: a detached Allocation (the claims fit) or (unresolvable, reason). Verdicts come
         from the FitCache where remembered; the allocator runs for the other nodes only. Raises
-        the ExtenderError that fails the whole attempt. ``unique``: ``set(node_names)``."""
+        the ExtenderError that fails the whole attempt. Every candidate has a verdict after."""
         self._refresh()
         fits = self.store.fits
         shape = self._shape(claims)
         table = fits.table(shape) if shape is not None else ShapeVerdicts()
-        unknown = unique.difference(table.by_node)
+        node_names = candidates.names
+        if table.covers(candidates.serial):  # nothing dropped since all of them were known
+            fits.stats.hits += len(node_names)
+            return table
+        unknown = candidates.unique.difference(table.by_node)
         fits.stats.hits += len(node_names) - len(unknown)
         if not unknown:
+            table.mark_covered(candidates.serial)
             return table
         missing = list(dict.fromkeys(name for name in node_names if name in unknown))  # in request order
         fits.stats.misses += len(missing)
         allocator = self._allocator_now(claims)
         missing = self._settle_pinned(allocator.pinned_nodes(), missing, table)
         if not missing:
+            table.mark_covered(candidates.serial)
             return table
         nodes = [self.store.node(name) for name in missing]
         for node, outcome in zip(nodes, allocator.allocate_many(nodes), strict=True):
@@ -248,6 +274,7 @@ class SchedulingService:
             if view is not None:  # else decided from the node's labels alone (claim not available)
                 fits.depends(node.name, view)
             table.put(node.name, verdict)
+        table.mark_covered(candidates.serial)
         return table
 
     @staticmethod
@@ -307,15 +334,20 @@ class SchedulingService:
             claims = resolve_pod_claims(pod, self.store, self.ledger)
             if not claims.all:
                 return FilterOutcome(list(node_names))
-            node_names, unique = self._candidates(node_names)
-            verdicts = self._verdicts(claims, node_names, unique)
+            candidates = self._candidates(node_names)
+            verdicts = self._verdicts(claims, candidates)
         except ExtenderError as exc:
             return FilterOutcome([], error=exc.reason)
-        failing = verdicts.failing
-        rejected = failing.keys() & unique  # C-level set work: this runs over every node
-        if not rejected:
-            result = FilterOutcome(list(node_names))
+        # C-level set and dict work only: this runs over every node.
+        node_names, unique, failing = candidates.names, candidates.unique, verdicts.failing
+        if len(verdicts.by_node) == len(unique):  # the verdicts are exactly about the candidates
+            result = FilterOutcome(
+                list(filterfalse(failing.__contains__, node_names)) if failing else list(node_names),
+                failed=verdicts.failed.copy(),
+                unresolvable=verdicts.unresolvable.copy(),
+            )
         else:
+            rejected = failing.keys() & unique
             result = FilterOutcome(list(filterfalse(rejected.__contains__, node_names)))
             for name in sorted(rejected):
                 is_unresolvable, reason = failing[name]
@@ -395,8 +427,9 @@ class SchedulingService:
         if not claims.all:
             return node_names, [0] * len(node_names)
         policy = self._policy_for(pod)
-        node_names, names = self._candidates(node_names)
-        verdicts = self._verdicts(claims, node_names, names)
+        candidates = self._candidates(node_names)
+        node_names, names = candidates.names, candidates.unique
+        verdicts = self._verdicts(claims, candidates)
         # Set operations run in C: this is per node, and usually every node was remembered.
         fitting = names.difference(verdicts.failing)
         if len(names) != len(node_names):
@@ -707,12 +740,6 @@ class SchedulingService:
             for entry in view.devices
         ]
         return {"node": node_name, "labels": dict(node.labels), "pools": pools, "devices": devices}
-
-
-def _fingerprint(names: Sequence[str]) -> tuple[int | str, ...]:
-    """The length of ``names`` and about ten of them, spread over the list (see ``_candidates``)."""
-    count = len(names)
-    return (count, *names[:: max(1, count >> 3)], names[-1]) if count else (0,)
 
 
 def _attribute_json(value: object) -> object:

@@ -102,7 +102,7 @@ def cached_filter(svc: SchedulingService, pod: dict[str, Any], names: list[str])
     if not outcome.error:
         claims = resolve_pod_claims(svc._pod_for(pod), svc.store, svc.ledger)
         if claims.all:
-            verdicts = svc._verdicts(claims, names, set(names))
+            verdicts = svc._verdicts(claims, svc._candidates(names))
             for name in outcome.node_names:
                 verdict = verdicts.by_node[name]
                 assert isinstance(verdict, Allocation)
@@ -390,3 +390,21 @@ def test_a_second_holder_of_a_device_in_exclusive_use_changes_nothing() -> None:
     assert index.set("claim", AllocationResult(devices=(_result("dev-1"),))) == {device_2}
     assert index.set("claim", None) == {device_1}
     assert index.state.devices == set()
+
+
+def test_shape_verdicts_keep_the_filter_maps_and_coverage_current() -> None:
+    table = FitCache().table("shape")
+    table.put("a", (False, "cannot allocate all claims"))
+    table.put("b", (True, "no device of the class"))
+    assert table.failed == {"a": "cannot allocate all claims"} and table.unresolvable == {"b": "no device of the class"}
+    table.put("a", (True, "not available"))  # a verdict replaced in place
+    assert table.failed == {} and table.unresolvable == {"a": "not available", "b": "no device of the class"}
+    table.mark_covered(7)
+    assert table.covers(7) and not table.covers(8)
+    assert not table.drop("missing") and table.covers(7)  # dropping nothing keeps the coverage
+    assert table.drop("b")
+    assert not table.covers(7) and table.unresolvable == {"a": "not available"} and table.failing.keys() == {"a"}
+    table.mark_covered(7)
+    table.put("b", (False, "x"))
+    table.drop("a")
+    assert table.failing == {"b": (False, "x")} and table.failed == {"b": "x"} and table.unresolvable == {}

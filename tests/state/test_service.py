@@ -309,3 +309,43 @@ def test_prioritize_and_later_pods_reuse_remembered_verdicts_until_a_node_change
     svc.backend.apply(gpu_slice("node-1", 3))  # type: ignore[attr-defined]
     svc.filter(pod("p", "c1"), NODES)
     assert calls == [NODES, ["node-1"]]
+
+
+def test_candidate_lists_are_canonicalised_and_remembered_by_content() -> None:
+    svc = service(cluster(claim("c1"), pod("p", "c1"), nodes=3))
+    names = ["node-1", "node-2", "node-3"]
+    first = svc._candidates(["".join(n) for n in names])  # fresh string objects, as from a request
+    assert first.names == names and first.unique == set(names)
+    assert all(a is b.name for a, b in zip(first.names, (svc.store.nodes[n] for n in names), strict=True))
+    assert svc._candidates(list(names)) is first  # equal content: the same entry
+    survivors = svc._candidates(names[:2])
+    assert survivors is not first and survivors.serial != first.serial
+    # a list whose joined key would be ambiguous is answered but not remembered
+    odd = ["node-1\x00node-2", "node-3"]
+    assert svc._candidates(odd).names == odd
+    assert svc._candidates(odd) is not svc._candidates(odd)
+    assert svc._candidates(["node-1", "node-2\x00node-3"]).names == ["node-1", "node-2\x00node-3"]
+    for i in range(10):  # only a few lists are kept
+        svc._candidates([*names[: i % 3 + 1], f"extra-{i}"])
+    assert svc._candidates(list(names)) is not first
+
+
+def test_filter_answers_failed_nodes_from_remembered_maps_and_keeps_them_current() -> None:
+    objects = cluster(claim("big", count=2), pod("p", "big"), nodes=2, gpus=2)
+    objects.append(node("node-3"))  # no GPU at all: unresolvable
+    svc = service(objects)
+    asked = [*NODES, "node-3"]
+    first = svc.filter(pod("p", "big"), asked)
+    assert first.node_names == NODES and first.failed == {}
+    assert first.unresolvable == {"node-3": NO_CLASS_DEVICES}
+    first.unresolvable.clear()  # the answer is the caller's own copy
+    assert svc.filter(pod("p", "big"), asked).unresolvable == {"node-3": NO_CLASS_DEVICES}
+    svc.backend.apply(gpu_slice("node-1", 1))  # type: ignore[attr-defined]
+    again = svc.filter(pod("p", "big"), asked)
+    assert again.node_names == ["node-2"]
+    assert again.failed == {"node-1": CANNOT_ALLOCATE} and again.unresolvable == {"node-3": NO_CLASS_DEVICES}
+    svc.backend.apply(gpu_slice("node-1", 2))  # type: ignore[attr-defined]
+    assert svc.filter(pod("p", "big"), asked).failed == {}
+    # asked about fewer nodes than are remembered: the answer names only those
+    assert svc.filter(pod("p", "big"), ["node-3"]).unresolvable == {"node-3": NO_CLASS_DEVICES}
+    assert svc.filter(pod("p", "big"), ["node-1"]).unresolvable == {}
