@@ -102,15 +102,16 @@ class AllocationIndex:
                 touched.add(result.device_id)
                 self._holders.setdefault(result.device_id, {}).setdefault(key, []).append(result)
         state = self.state
-        before = {device: (device in state.devices, state.consumed_capacity.get(device)) for device in touched}
+        shared = _has_shares(old) or _has_shares(allocation)
+        changed: set[DeviceID] = set()
         for device in touched:
+            before = (device in state.devices, state.consumed_capacity.get(device))
             self._recount(device, old)
-        return {
-            device
-            for device in touched
-            if before[device] != (device in state.devices, state.consumed_capacity.get(device))
-            or _shares_on(old, device) != _shares_on(allocation, device)
-        }
+            if before != (device in state.devices, state.consumed_capacity.get(device)) or (
+                shared and _shares_on(old, device) != _shares_on(allocation, device)
+            ):
+                changed.add(device)
+        return changed
 
     def _recount(self, device: DeviceID, old: AllocationResult | None) -> None:
         """Make the state's entries for ``device`` agree with its holders (the rules of
@@ -137,6 +138,10 @@ class AllocationIndex:
             state.consumed_capacity[device] = totals
         else:
             state.consumed_capacity.pop(device, None)
+
+
+def _has_shares(allocation: AllocationResult | None) -> bool:
+    return allocation is not None and any(r.share_id is not None for r in allocation.devices)
 
 
 def _shares_on(allocation: AllocationResult | None, device: DeviceID) -> set[str]:

@@ -13,9 +13,9 @@ import copy
 import dataclasses
 import datetime
 import sys
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from functools import lru_cache
+from types import TracebackType
 from typing import Any, TypeAlias, TypeVar
 
 from extender.core.errors import InvalidObject
@@ -58,13 +58,23 @@ class FieldError(Exception):
         self.reason = reason
 
 
-@contextmanager
-def reported_as(obj: str) -> Iterator[None]:
-    """Turn a ``FieldError`` raised inside into ``InvalidObject`` naming the object."""
-    try:
-        yield
-    except FieldError as exc:
-        raise InvalidObject(exc.reason, path=exc.path, obj=obj) from None
+class reported_as:
+    """Turn a ``FieldError`` raised inside into ``InvalidObject`` naming the object.
+
+    A class rather than a ``contextmanager`` generator: every decoded object enters one, and a
+    bind decodes its claim twice (each write comes back through the store)."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: str) -> None:
+        self.obj = obj
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        if isinstance(exc, FieldError):
+            raise InvalidObject(exc.reason, path=exc.path, obj=self.obj) from None
 
 
 # --- typed getters ----------------------------------------------------------------------------
