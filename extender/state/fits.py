@@ -38,6 +38,9 @@ __all__ = ["DEFAULT_MAX_SHAPES", "FitCache", "FitCacheStats", "ShapeVerdicts", "
 #: How many pod shapes keep verdicts. Each costs one dict entry and one small object per node.
 DEFAULT_MAX_SHAPES = 16
 
+#: Drops a shape remembers for ``ShapeVerdicts.unknown`` before it starts over.
+_MAX_DROP_LOG = 4096
+
 #: A detached Allocation where the pod fits, else (unresolvable, reason).
 Verdict = Allocation | tuple[bool, str]
 PoolKey = tuple[str, str]
@@ -59,12 +62,24 @@ class ShapeVerdicts:
     answer, ready to copy. ``raw`` holds the scores prioritize derived from the allocations, per
     topology attribute; they are dropped together with the verdict of their node.
 
-    ``covers(candidates)`` says whether every node of a candidate list (``Candidates.serial``)
-    was found remembered since the last drop, so that a repeated question skips the per-node
-    check: ``lost`` counts drops, and a candidate list is marked once all its nodes are known.
+    ``unknown(serial, unique)`` answers which nodes of a candidate list (``Candidates.serial``,
+    its set ``unique``) have no verdict, from the drops since every one of them had one
+    (``mark_covered``) rather than by looking up every node: between two pods a bind drops a node
+    or two, and a filter asks about all of them.
     """
 
-    __slots__ = ("_covered", "by_node", "codes", "failed", "failing", "lost", "raw", "unresolvable", "values")
+    __slots__ = (
+        "_covered",
+        "_dropped",
+        "_dropped_base",
+        "by_node",
+        "codes",
+        "failed",
+        "failing",
+        "raw",
+        "unresolvable",
+        "values",
+    )
 
     def __init__(self) -> None:
         self.by_node: dict[str, Verdict] = {}
@@ -76,7 +91,10 @@ class ShapeVerdicts:
         self.raw: dict[str | None, dict[str, int]] = {}
         self.values: list[RawScores] = []
         self.codes: dict[RawScores, int] = {}
-        self.lost = 0
+        # Nodes dropped, oldest first; ``_dropped_base`` is how many were trimmed off its front.
+        # A covered candidate list maps to the drop count at the time it was covered.
+        self._dropped: list[str] = []
+        self._dropped_base = 0
         self._covered: dict[int, int] = {}
 
     def put(self, node: str, verdict: Verdict) -> None:
@@ -98,19 +116,29 @@ class ShapeVerdicts:
             raw.pop(node, None)
         if self.by_node.pop(node, None) is None:
             return False
-        self.lost += 1
+        dropped = self._dropped
+        dropped.append(node)
+        if len(dropped) > _MAX_DROP_LOG:  # forget the log; every list gets checked in full once
+            self._dropped_base += len(dropped)
+            dropped.clear()
+            self._covered.clear()
         return True
 
-    def covers(self, serial: int) -> bool:
-        """Whether every node of candidate list ``serial`` is remembered (see ``mark_covered``)."""
-        return self._covered.get(serial) == self.lost
+    def unknown(self, serial: int, unique: set[str]) -> set[str]:
+        """The nodes of candidate list ``serial`` (``unique``: its nodes) without a verdict."""
+        mark = self._covered.get(serial)
+        if mark is None:
+            return unique.difference(self.by_node)
+        since = self._dropped[mark - self._dropped_base :]
+        by_node = self.by_node
+        return {node for node in since if node in unique and node not in by_node}
 
     def mark_covered(self, serial: int) -> None:
-        """Every node of candidate list ``serial`` has a verdict now; until the next drop."""
+        """Every node of candidate list ``serial`` has a verdict now."""
         covered = self._covered
         if len(covered) >= 8:  # a few candidate lists are current at a time
             covered.clear()
-        covered[serial] = self.lost
+        covered[serial] = self._dropped_base + len(self._dropped)
 
     def raw_scores(self, topology_attribute: str | None) -> dict[str, int]:
         """Node -> index of its RawScores in ``values`` (see ``code``)."""

@@ -246,15 +246,12 @@ class SchedulingService:
         shape = self._shape(claims)
         table = fits.table(shape) if shape is not None else ShapeVerdicts()
         node_names = candidates.names
-        if table.covers(candidates.serial):  # nothing dropped since all of them were known
-            fits.stats.hits += len(node_names)
-            return table
-        unknown = candidates.unique.difference(table.by_node)
+        unknown = table.unknown(candidates.serial, candidates.unique)
         fits.stats.hits += len(node_names) - len(unknown)
         if not unknown:
             table.mark_covered(candidates.serial)
             return table
-        missing = list(dict.fromkeys(name for name in node_names if name in unknown))  # in request order
+        missing = sorted(unknown)  # a stable order; each node's verdict is its own
         fits.stats.misses += len(missing)
         allocator = self._allocator_now(claims)
         missing = self._settle_pinned(allocator.pinned_nodes(), missing, table)
@@ -430,8 +427,10 @@ class SchedulingService:
         candidates = self._candidates(node_names)
         node_names, names = candidates.names, candidates.unique
         verdicts = self._verdicts(claims, candidates)
-        # Set operations run in C: this is per node, and usually every node was remembered.
-        fitting = names.difference(verdicts.failing)
+        # Set operations run in C: this is per node, and usually every node was remembered. The
+        # scheduler asks about the filter's survivors: usually none of them fails.
+        failing = verdicts.failing
+        fitting = names if names.isdisjoint(failing) else names.difference(failing)
         if len(names) != len(node_names):
             twice = sorted({name for name in fitting if node_names.count(name) > 1})
             if twice:

@@ -399,12 +399,36 @@ def test_shape_verdicts_keep_the_filter_maps_and_coverage_current() -> None:
     assert table.failed == {"a": "cannot allocate all claims"} and table.unresolvable == {"b": "no device of the class"}
     table.put("a", (True, "not available"))  # a verdict replaced in place
     assert table.failed == {} and table.unresolvable == {"a": "not available", "b": "no device of the class"}
+    everyone = {"a", "b", "c"}
+    assert table.unknown(7, everyone) == {"c"}  # not covered yet: looked up node by node
+    table.put("c", (False, "x"))
     table.mark_covered(7)
-    assert table.covers(7) and not table.covers(8)
-    assert not table.drop("missing") and table.covers(7)  # dropping nothing keeps the coverage
-    assert table.drop("b")
-    assert not table.covers(7) and table.unresolvable == {"a": "not available"} and table.failing.keys() == {"a"}
-    table.mark_covered(7)
-    table.put("b", (False, "x"))
+    assert table.unknown(7, everyone) == set()
+    assert not table.drop("missing") and table.unknown(7, everyone) == set()
+    assert table.drop("b") and table.drop("c")
+    assert table.unknown(7, everyone) == {"b", "c"}  # from the drops since it was covered
+    assert table.unknown(7, {"a", "b"}) == {"b"}
+    assert table.unknown(8, {"a", "b"}) == {"b"}  # another list, never covered
+    assert table.unresolvable == {"a": "not available"} and table.failing.keys() == {"a"}
+    table.put("b", (False, "y"))
+    assert table.unknown(7, everyone) == {"c"}  # b is known again
     table.drop("a")
-    assert table.failing == {"b": (False, "x")} and table.failed == {"b": "x"} and table.unresolvable == {}
+    assert table.failing == {"b": (False, "y")} and table.failed == {"b": "y"} and table.unresolvable == {}
+
+
+def test_a_long_drop_log_starts_over() -> None:
+    table = FitCache().table("shape")
+    names = {f"n{i}" for i in range(3)}
+    for name in names:
+        table.put(name, (False, "x"))
+    table.mark_covered(1)
+    for _ in range(3000):  # more drops than the log keeps
+        for name in sorted(names):
+            table.drop(name)
+            table.put(name, (False, "x"))
+    table.drop("n1")
+    assert table.unknown(1, names) == {"n1"}
+    table.put("n1", (False, "x"))
+    table.mark_covered(1)
+    table.drop("n2")
+    assert table.unknown(1, names) == {"n2"}
