@@ -21,10 +21,11 @@ from aiohttp import web
 
 from extender.server import debug, handlers
 from extender.server.eventloop import new_event_loop
-from extender.server.keys import METRICS, SERVICE, SETTINGS
+from extender.server.keys import FILTER_ANSWERS, METRICS, SERVICE, SETTINGS
 from extender.server.metrics import Metrics
 from extender.server.middleware import request_middleware
 from extender.server.settings import ServerSettings, normalize_prefix, ssl_context
+from extender.server.wire import EncodedAnswers
 from extender.state.service import SchedulingService
 
 __all__ = ["backend_lifecycle", "create_app", "run"]
@@ -41,6 +42,7 @@ def create_app(service: SchedulingService, settings: ServerSettings | None = Non
     app[SERVICE] = service
     app[SETTINGS] = settings
     app[METRICS] = Metrics(service)
+    app[FILTER_ANSWERS] = EncodedAnswers()
     prefix = normalize_prefix(settings.path_prefix)
     router = app.router
     router.add_post(f"{prefix}filter", handlers.filter_nodes, name="filter")

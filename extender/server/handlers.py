@@ -16,10 +16,11 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender.core.errors import ExtenderError, InvalidObject
-from extender.server.keys import METRICS, SERVICE
+from extender.server.keys import FILTER_ANSWERS, METRICS, SERVICE
 from extender.server.middleware import json_body_response, json_response, log_context
 from extender.server.wire import (
     BadRequest,
+    EncodedAnswers,
     ExtenderArgs,
     WireField,
     binding_result,
@@ -31,7 +32,7 @@ from extender.server.wire import (
     parse_extender_args,
     wire_field,
 )
-from extender.state.service import SchedulingService
+from extender.state.service import FilterOutcome, SchedulingService
 
 __all__ = [
     "bind",
@@ -94,9 +95,7 @@ async def filter_nodes(request: web.Request) -> web.Response:
             answer = _filter_answer_for(args, exc)
             log.info("filter.decided", pod=pod_key, error=answer["Error"], duration_ms=_duration_ms(start))
             return json_response(answer)
-        answer = filter_result(
-            args, outcome.node_names, failed=outcome.failed, unresolvable=outcome.unresolvable, error=outcome.error
-        )
+        body = _encoded_filter_answer(request.app[FILTER_ANSWERS], args, outcome)
         if outcome.error:
             metrics.errors_by("filter", "Error").inc()
         metrics.observe_filter(
@@ -112,7 +111,21 @@ async def filter_nodes(request: web.Request) -> web.Response:
             error=outcome.error,
             duration_ms=_duration_ms(start),
         )
-    return json_response(answer)
+    return json_body_response(body)
+
+
+def _encoded_filter_answer(answers: EncodedAnswers, args: ExtenderArgs, outcome: FilterOutcome) -> bytes:
+    """The filter answer's JSON, the remembered bytes when the service repeats an outcome."""
+    reusable = args.node_list is None and args.names_given and not outcome.error
+    if reusable and (body := answers.get(outcome)) is not None:
+        return body
+    answer = filter_result(
+        args, outcome.node_names, failed=outcome.failed, unresolvable=outcome.unresolvable, error=outcome.error
+    )
+    body = orjson.dumps(answer)
+    if reusable:
+        answers.put(outcome, body)
+    return body
 
 
 def _filter_answer_for(args: ExtenderArgs, exc: Exception) -> dict[str, Any]:

@@ -6,10 +6,12 @@ from aiohttp import web
 
 from extender.server.metrics import Metrics
 from extender.server.settings import ServerSettings
+from extender.server.wire import EncodedAnswers
 from extender.state.service import SchedulingService
 
-__all__ = ["METRICS", "SERVICE", "SETTINGS"]
+__all__ = ["FILTER_ANSWERS", "METRICS", "SERVICE", "SETTINGS"]
 
 SERVICE = web.AppKey("service", SchedulingService)
 SETTINGS = web.AppKey("settings", ServerSettings)
 METRICS = web.AppKey("metrics", Metrics)
+FILTER_ANSWERS = web.AppKey("filter_answers", EncodedAnswers)

@@ -29,6 +29,7 @@ from extender.core.errors import DoesNotFit, ExtenderError, NodeUnresolvable
 __all__ = [
     "BadRequest",
     "BindingArgs",
+    "EncodedAnswers",
     "ExtenderArgs",
     "WireField",
     "binding_result",
@@ -270,6 +271,31 @@ def filter_result(
     if args.names_given:
         result["NodeNames"] = list(passed)
     return result
+
+
+class EncodedAnswers:
+    """Encoded filter answers by the outcome they were written from, for the few most recent.
+
+    The service hands out the same outcome object to the next pod of a shape while no node started
+    or stopped failing (``SchedulingService.filter``); its JSON is then the same bytes, for requests
+    in the same mode (``NodeNames``, no ``Nodes``). Entries hold their outcome, so an id is never
+    reused while it is remembered."""
+
+    __slots__ = ("_entries", "size")
+
+    def __init__(self, size: int = 8) -> None:
+        self.size = size
+        self._entries: dict[int, tuple[object, bytes]] = {}
+
+    def get(self, outcome: object) -> bytes | None:
+        entry = self._entries.get(id(outcome))
+        return entry[1] if entry is not None and entry[0] is outcome else None
+
+    def put(self, outcome: object, body: bytes) -> None:
+        entries = self._entries
+        if len(entries) >= self.size:
+            del entries[next(iter(entries))]  # the oldest
+        entries[id(outcome)] = (outcome, body)
 
 
 def error_filter_result(args: ExtenderArgs | None, error: str) -> dict[str, Any]:

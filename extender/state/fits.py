@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from extender.core.allocator import Allocation
 from extender.core.model import DeviceID
@@ -66,16 +67,22 @@ class ShapeVerdicts:
     its set ``unique``) have no verdict, from the drops since every one of them had one
     (``mark_covered``) rather than by looking up every node: between two pods a bind drops a node
     or two, and a filter asks about all of them.
+
+    ``failing_version`` changes whenever ``failing`` does; ``answers`` is where the service keeps
+    a filter answer per candidate list together with the version it was built at, so that the
+    next pod of the shape gets the same answer object while no node started or stopped failing.
     """
 
     __slots__ = (
         "_covered",
         "_dropped",
         "_dropped_base",
+        "answers",
         "by_node",
         "codes",
         "failed",
         "failing",
+        "failing_version",
         "raw",
         "unresolvable",
         "values",
@@ -96,20 +103,26 @@ class ShapeVerdicts:
         self._dropped: list[str] = []
         self._dropped_base = 0
         self._covered: dict[int, int] = {}
+        self.failing_version = 0
+        self.answers: dict[int, tuple[int, Any]] = {}
 
     def put(self, node: str, verdict: Verdict) -> None:
         self.by_node[node] = verdict
         if isinstance(verdict, tuple):
-            self.failing[node] = verdict
+            if self.failing.get(node) != verdict:
+                self.failing[node] = verdict
+                self.failing_version += 1
             unresolvable, reason = verdict
             (self.unresolvable if unresolvable else self.failed)[node] = reason
             (self.failed if unresolvable else self.unresolvable).pop(node, None)
         elif self.failing.pop(node, None) is not None:
+            self.failing_version += 1
             self.failed.pop(node, None)
             self.unresolvable.pop(node, None)
 
     def drop(self, node: str) -> bool:
         if self.failing.pop(node, None) is not None:
+            self.failing_version += 1
             self.failed.pop(node, None)
             self.unresolvable.pop(node, None)
         for raw in self.raw.values():

@@ -82,6 +82,9 @@ WRITE_ATTEMPTS = 5
 
 @dataclass(slots=True)
 class FilterOutcome:
+    """What filter answers. The service may hand the same outcome to several requests (a pod of
+    the same shape while no node started or stopped failing): callers read it, never change it."""
+
     node_names: list[str]
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
@@ -337,12 +340,22 @@ class SchedulingService:
             return FilterOutcome([], error=exc.reason)
         # C-level set and dict work only: this runs over every node.
         node_names, unique, failing = candidates.names, candidates.unique, verdicts.failing
+        result: FilterOutcome
         if len(verdicts.by_node) == len(unique):  # the verdicts are exactly about the candidates
-            result = FilterOutcome(
-                list(filterfalse(failing.__contains__, node_names)) if failing else list(node_names),
-                failed=verdicts.failed.copy(),
-                unresolvable=verdicts.unresolvable.copy(),
-            )
+            # The answer only depends on which candidates fail and why: while that stays as it
+            # was (a bind usually leaves its node with room), the last answer is the answer.
+            answered = verdicts.answers.get(candidates.serial)
+            if answered is not None and answered[0] == verdicts.failing_version:
+                result = answered[1]
+            else:
+                result = FilterOutcome(
+                    list(filterfalse(failing.__contains__, node_names)) if failing else list(node_names),
+                    failed=verdicts.failed.copy(),
+                    unresolvable=verdicts.unresolvable.copy(),
+                )
+                if len(verdicts.answers) >= 8:
+                    verdicts.answers.clear()
+                verdicts.answers[candidates.serial] = (verdicts.failing_version, result)
         else:
             rejected = failing.keys() & unique
             result = FilterOutcome(list(filterfalse(rejected.__contains__, node_names)))

@@ -88,6 +88,36 @@ async def test_filter_nodes_mode_echoes_full_nodes(client: Client, fake: FakeSer
     assert answer["FailedNodes"] == {"node-1": "cannot allocate all claims"}
 
 
+async def test_a_repeated_filter_outcome_is_answered_with_the_same_bytes(
+    client: Client, fake: FakeService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import extender.server.handlers as handlers
+
+    written: list[Any] = []
+    real = handlers.filter_result
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        written.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(handlers, "filter_result", counting)
+    fake.outcome = FilterOutcome(["node-2"], failed={"node-1": "cannot allocate all claims"})
+    body = {"Pod": pod(), "Nodes": None, "NodeNames": ["node-1", "node-2"]}
+    first = await post(client, "/filter", body)
+    assert await post(client, "/filter", body) == first
+    assert len(written) == 1  # the same outcome object: its JSON was reused
+    sent = node_list("node-1", "node-2")
+    nodes_mode = await post(client, "/filter", {"Pod": pod(), "Nodes": sent, "NodeNames": None})
+    assert nodes_mode[1]["Nodes"]["items"] == [sent["items"][1]] and len(written) == 2  # never reused
+    fake.outcome = FilterOutcome(["node-1", "node-2"])  # a new outcome: written afresh
+    assert (await post(client, "/filter", body))[1]["NodeNames"] == ["node-1", "node-2"]
+    assert len(written) == 3
+    fake.outcome = FilterOutcome([], error="claim being allocated for another pod")
+    await post(client, "/filter", body)
+    await post(client, "/filter", body)
+    assert len(written) == 5  # errors are not remembered
+
+
 async def test_nodes_mode_labels_reach_the_store_once(client: Client, fake: FakeService) -> None:
     store = fake.store
     sent = node_list("node-1")

@@ -14,6 +14,7 @@ import pytest
 from extender.core import errors
 from extender.server.wire import (
     BadRequest,
+    EncodedAnswers,
     WireField,
     binding_result,
     encode_priority_columns,
@@ -308,3 +309,13 @@ def test_valid_node_names_take_the_direct_encoding(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(wire, "priority_list", no_dicts)
     body, best = encode_priority_list([(name, i % 11) for i, name in enumerate(_NAMES)])
     assert orjson.loads(body)[3] == {"Host": _NAMES[3], "Score": 3} and best == (_NAMES[10], 10)
+
+
+def test_encoded_answers_are_found_by_the_outcome_object_itself() -> None:
+    answers = EncodedAnswers(size=2)
+    first, second, third = object(), object(), object()
+    answers.put(first, b"1")
+    answers.put(second, b"2")
+    assert answers.get(first) == b"1" and answers.get(second) == b"2" and answers.get(third) is None
+    answers.put(third, b"3")  # the oldest goes
+    assert answers.get(first) is None and answers.get(third) == b"3"

@@ -338,14 +338,15 @@ def test_filter_answers_failed_nodes_from_remembered_maps_and_keeps_them_current
     first = svc.filter(pod("p", "big"), asked)
     assert first.node_names == NODES and first.failed == {}
     assert first.unresolvable == {"node-3": NO_CLASS_DEVICES}
-    first.unresolvable.clear()  # the answer is the caller's own copy
-    assert svc.filter(pod("p", "big"), asked).unresolvable == {"node-3": NO_CLASS_DEVICES}
+    assert svc.filter(pod("p", "big"), asked) is first  # nothing changed: the same answer
     svc.backend.apply(gpu_slice("node-1", 1))  # type: ignore[attr-defined]
     again = svc.filter(pod("p", "big"), asked)
     assert again.node_names == ["node-2"]
     assert again.failed == {"node-1": CANNOT_ALLOCATE} and again.unresolvable == {"node-3": NO_CLASS_DEVICES}
+    assert svc.filter(pod("p", "big"), asked) is again
     svc.backend.apply(gpu_slice("node-1", 2))  # type: ignore[attr-defined]
     assert svc.filter(pod("p", "big"), asked).failed == {}
+    assert first.unresolvable == {"node-3": NO_CLASS_DEVICES} and first.failed == {}  # answers kept as given
     # asked about fewer nodes than are remembered: the answer names only those
     assert svc.filter(pod("p", "big"), ["node-3"]).unresolvable == {"node-3": NO_CLASS_DEVICES}
     assert svc.filter(pod("p", "big"), ["node-1"]).unresolvable == {}
