@@ -68,6 +68,10 @@ class ShapeVerdicts:
     (``mark_covered``) rather than by looking up every node: between two pods a bind drops a node
     or two, and a filter asks about all of them.
 
+    ``columns`` keeps, per candidate list and topology attribute, each candidate's raw-score code
+    in list order, brought up to date from the drops since (``dropped_since``): prioritize then
+    scores a list of small ints instead of looking every node up.
+
     ``failing_version`` changes whenever ``failing`` does; ``answers`` is where the service keeps
     a filter answer per candidate list together with the version it was built at, so that the
     next pod of the shape gets the same answer object while no node started or stopped failing.
@@ -80,6 +84,7 @@ class ShapeVerdicts:
         "answers",
         "by_node",
         "codes",
+        "columns",
         "failed",
         "failing",
         "failing_version",
@@ -105,6 +110,9 @@ class ShapeVerdicts:
         self._covered: dict[int, int] = {}
         self.failing_version = 0
         self.answers: dict[int, tuple[int, Any]] = {}
+        # (topology attribute, candidate list serial) -> (``drops`` when last brought up to date,
+        # the code of each candidate's raw scores in list order, None where it does not fit)
+        self.columns: dict[tuple[str | None, int], tuple[int, list[int | None]]] = {}
 
     def put(self, node: str, verdict: Verdict) -> None:
         self.by_node[node] = verdict
@@ -135,7 +143,20 @@ class ShapeVerdicts:
             self._dropped_base += len(dropped)
             dropped.clear()
             self._covered.clear()
+            self.columns.clear()
         return True
+
+    @property
+    def drops(self) -> int:
+        """How many nodes were dropped so far: a mark for ``dropped_since``."""
+        return self._dropped_base + len(self._dropped)
+
+    def dropped_since(self, mark: int) -> list[str] | None:
+        """The nodes dropped after ``mark`` (``drops`` then), or None if the log no longer goes
+        back that far."""
+        if mark < self._dropped_base:
+            return None
+        return self._dropped[mark - self._dropped_base :]
 
     def unknown(self, serial: int, unique: set[str]) -> set[str]:
         """The nodes of candidate list ``serial`` (``unique``: its nodes) without a verdict."""
@@ -151,7 +172,7 @@ class ShapeVerdicts:
         covered = self._covered
         if len(covered) >= 8:  # a few candidate lists are current at a time
             covered.clear()
-        covered[serial] = self._dropped_base + len(self._dropped)
+        covered[serial] = self.drops
 
     def raw_scores(self, topology_attribute: str | None) -> dict[str, int]:
         """Node -> index of its RawScores in ``values`` (see ``code``)."""

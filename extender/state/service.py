@@ -95,12 +95,19 @@ class Candidates:
     """A request's candidate nodes as the store's string objects (``SchedulingService._candidates``):
     the list, the set, and a serial number that no other list gets (``ShapeVerdicts.covers``)."""
 
-    __slots__ = ("names", "serial", "unique")
+    __slots__ = ("_positions", "names", "serial", "unique")
 
     def __init__(self, names: list[str]) -> None:
         self.names = names
         self.unique = set(names)
         self.serial = next(_SERIALS)
+        self._positions: dict[str, int] | None = None
+
+    def positions(self) -> dict[str, int]:
+        """Name -> its index in ``names`` (the last one, for a name listed twice)."""
+        if self._positions is None:
+            self._positions = {name: i for i, name in enumerate(self.names)}
+        return self._positions
 
 
 _SERIALS = itertools.count()
@@ -438,17 +445,59 @@ class SchedulingService:
             return node_names, [0] * len(node_names)
         policy = self._policy_for(pod)
         candidates = self._candidates(node_names)
-        node_names, names = candidates.names, candidates.unique
         verdicts = self._verdicts(claims, candidates)
-        # Set operations run in C: this is per node, and usually every node was remembered. The
-        # scheduler asks about the filter's survivors: usually none of them fails.
+        attribute = policy.topology_attribute if policy.weights.get(TOPOLOGY) else None
+        codes = self._score_codes(verdicts, candidates, attribute)
+        values = verdicts.values
+        in_use = {code: values[code] for code in set(codes) if code is not None}
+        by_value = scores_by_value(in_use.values(), policy)
+        # node -> code -> score, through C-level maps (None: the node does not fit)
+        score_by_code: dict[int | None, int] = {code: by_value[value] for code, value in in_use.items()}
+        score_by_code[None] = 0
+        # a tuple: the list is the service's own canonical one (``_candidates``), kept for reuse
+        return tuple(candidates.names), list(map(score_by_code.__getitem__, codes))
+
+    def _score_codes(
+        self, verdicts: ShapeVerdicts, candidates: Candidates, attribute: str | None
+    ) -> list[int | None]:
+        """Per candidate, in list order: the code of its raw scores (``ShapeVerdicts.code``), None
+        where the pod does not fit. Kept per candidate list and brought up to date from the nodes
+        dropped since (a bind drops one or two), so that a repeated prioritize touches those only.
+        Raises ValueError if a fitting node is listed twice."""
+        key = (attribute, candidates.serial)
+        kept = verdicts.columns.get(key)
+        node_names, names = candidates.names, candidates.unique
+        if kept is not None and len(names) == len(node_names):
+            mark, codes = kept
+            changed = verdicts.dropped_since(mark)
+            if changed is not None:
+                positions = candidates.positions()
+                stale = {name for name in changed if name in positions}
+                if stale:
+                    fresh = self._raw_codes(verdicts, stale.difference(verdicts.failing), attribute)
+                    for name in stale:
+                        codes[positions[name]] = fresh.get(name)
+                verdicts.columns[key] = (verdicts.drops, codes)
+                return codes
+        # Set operations run in C: this is per node. The scheduler asks about the filter's
+        # survivors: usually none of them fails.
         failing = verdicts.failing
         fitting = names if names.isdisjoint(failing) else names.difference(failing)
         if len(names) != len(node_names):
             twice = sorted({name for name in fitting if node_names.count(name) > 1})
             if twice:
                 raise ValueError(f"prioritize: node(s) given twice: {', '.join(twice)}")
-        attribute = policy.topology_attribute if policy.weights.get(TOPOLOGY) else None
+        # ``remembered`` may hold nodes this request did not ask about, never a failing one
+        remembered = self._raw_codes(verdicts, fitting, attribute)
+        codes = list(map(remembered.get, node_names))
+        if len(verdicts.columns) >= 8:  # a few candidate lists are current at a time
+            verdicts.columns.clear()
+        verdicts.columns[key] = (verdicts.drops, codes)
+        return codes
+
+    def _raw_codes(self, verdicts: ShapeVerdicts, fitting: set[str], attribute: str | None) -> dict[str, int]:
+        """The shape's remembered raw-score codes (node -> code), with those of ``fitting`` (nodes
+        whose verdict is an Allocation) computed where missing."""
         remembered = verdicts.raw_scores(attribute)
         unscored = fitting.difference(remembered)
         if unscored:
@@ -458,16 +507,7 @@ class SchedulingService:
                 assert isinstance(allocation, Allocation)
                 candidate = ScoringCandidate(allocation, usage[name])
                 remembered[name] = verdicts.code(raw_scores(candidate, attribute))
-        # ``remembered`` may hold nodes this request did not ask about
-        codes = remembered if len(remembered) == len(fitting) else {name: remembered[name] for name in fitting}
-        values = verdicts.values
-        in_use = {code: values[code] for code in set(codes.values())}
-        by_value = scores_by_value(in_use.values(), policy)
-        # node -> code -> score, through C-level maps (None: the node does not fit)
-        score_by_code: dict[int | None, int] = {code: by_value[value] for code, value in in_use.items()}
-        score_by_code[None] = 0
-        # a tuple: the list is the service's own canonical one (``_candidates``), kept for reuse
-        return tuple(node_names), list(map(score_by_code.__getitem__, map(codes.get, node_names)))
+        return remembered
 
     def _usage(self, node_names: Iterable[str]) -> dict[str, DeviceUsage]:
         """Device usage per node, from the FitCache where remembered."""
