@@ -350,3 +350,22 @@ def test_filter_answers_failed_nodes_from_remembered_maps_and_keeps_them_current
     # asked about fewer nodes than are remembered: the answer names only those
     assert svc.filter(pod("p", "big"), ["node-3"]).unresolvable == {"node-3": NO_CLASS_DEVICES}
     assert svc.filter(pod("p", "big"), ["node-1"]).unresolvable == {}
+
+
+def test_prioritize_refuses_a_fitting_node_listed_twice_every_time() -> None:
+    svc = service(cluster(claim("c1"), pod("p", "c1"), nodes=2))
+    assert dict(svc.prioritize(pod("p", "c1"), NODES)).keys() == set(NODES)
+    for _ in range(2):  # also once the candidate list's scores are remembered
+        with pytest.raises(ValueError, match="node\\(s\\) given twice: node-1"):
+            svc.prioritize(pod("p", "c1"), ["node-1", "node-2", "node-1"])
+    assert svc.prioritize(pod("p", "c1"), NODES) == svc.prioritize(pod("p", "c1"), list(NODES))
+
+
+def test_prioritize_scores_follow_binds_on_a_remembered_candidate_list() -> None:
+    objects = cluster(claim("a"), claim("b"), pod("p", "a"), pod("q", "b"), nodes=2, gpus=2)
+    svc = service(objects)
+    before = dict(svc.prioritize(pod("p", "a"), NODES))
+    assert before["node-1"] == before["node-2"]  # both empty
+    asyncio.run(svc.bind("default", "q", "uid-q", "node-2"))
+    after = dict(svc.prioritize(pod("p", "a"), NODES))
+    assert after["node-2"] > after["node-1"]  # binpack: the half-used node scores higher now
