@@ -562,10 +562,10 @@ def plot(rows: Sequence[Row], path: str) -> bool:
     ax.plot(x, [r.pods_per_s for r in rows], marker="o")
     ax.set(title="scheduled pods/s (filter + prioritize + bind)", xscale="log", xlabel="nodes")
     ax = axes[1][0]
-    ax.plot(x, [r.cold_start_s for r in rows], marker="o", label="orjson loader")
+    ax.plot(x, [r.cold_start_s for r in rows], marker="o", label="bench server (orjson)")
     cli = [(r.nodes, r.cli_cold_start_s) for r in rows if r.cli_cold_start_s is not None]
     if cli:
-        ax.plot([c[0] for c in cli], [c[1] for c in cli], marker="x", label="serve CLI (PyYAML loader)")
+        ax.plot([c[0] for c in cli], [c[1] for c in cli], marker="x", label="dra-extender serve --cluster")
     ax.set(title="cold start to first filter (s)", xscale="log", yscale="log", xlabel="nodes")
     ax.legend(fontsize=8)
     ax = axes[1][1]
