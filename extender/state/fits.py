@@ -115,6 +115,8 @@ class ShapeVerdicts:
         self.columns: dict[tuple[str | None, int], tuple[int, list[int | None]]] = {}
 
     def put(self, node: str, verdict: Verdict) -> None:
+        if node in self.by_node:  # a replaced verdict is a dropped one: everything derived goes too
+            self.drop(node)
         self.by_node[node] = verdict
         if isinstance(verdict, tuple):
             if self.failing.get(node) != verdict:

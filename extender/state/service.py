@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import itertools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass, field
-from itertools import filterfalse
+from itertools import count, filterfalse
 from typing import Any
 
 import orjson
@@ -93,7 +92,8 @@ class FilterOutcome:
 
 class Candidates:
     """A request's candidate nodes as the store's string objects (``SchedulingService._candidates``):
-    the list, the set, and a serial number that no other list gets (``ShapeVerdicts.covers``)."""
+    the list, the set, and a serial number that no other list gets, under which shapes remember
+    what they know of this list (``ShapeVerdicts.unknown``, ``answers``, ``columns``)."""
 
     __slots__ = ("_positions", "names", "serial", "unique")
 
@@ -110,7 +110,7 @@ class Candidates:
         return self._positions
 
 
-_SERIALS = itertools.count()
+_SERIALS = count()
 #: Joins a candidate list into one key (``_candidates``); node names never contain it.
 _SEPARATOR = "\x00"
 

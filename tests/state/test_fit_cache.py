@@ -412,8 +412,13 @@ def test_shape_verdicts_keep_the_filter_maps_and_coverage_current() -> None:
     assert table.unresolvable == {"a": "not available"} and table.failing.keys() == {"a"}
     table.put("b", (False, "y"))
     assert table.unknown(7, everyone) == {"c"}  # b is known again
+    mark = table.drops
+    table.raw_scores(None)["b"] = 0
+    table.put("b", (True, "z"))  # replaced in place: logged as dropped, its raw scores gone
+    assert table.dropped_since(mark) == ["b"] and table.raw_scores(None) == {}
+    assert table.unresolvable["b"] == "z" and "b" not in table.failed
     table.drop("a")
-    assert table.failing == {"b": (False, "y")} and table.failed == {"b": "y"} and table.unresolvable == {}
+    assert table.failing == {"b": (True, "z")} and table.failed == {} and table.unresolvable == {"b": "z"}
 
 
 def test_a_long_drop_log_starts_over() -> None:
