@@ -130,6 +130,21 @@ class ShapeVerdicts:
             self.failed.pop(node, None)
             self.unresolvable.pop(node, None)
 
+    def put_all(self, nodes: Iterable[str], verdict: tuple[bool, str]) -> None:
+        """``put(node, verdict)`` for every node, with C-level dict updates for the usual case of
+        nodes without a verdict yet (a shared claim pinned elsewhere: every other node at once)."""
+        nodes = list(nodes)
+        if not self.by_node.keys().isdisjoint(nodes):
+            for node in nodes:
+                self.put(node, verdict)
+            return
+        self.by_node.update(dict.fromkeys(nodes, verdict))
+        self.failing.update(dict.fromkeys(nodes, verdict))
+        unresolvable, reason = verdict
+        (self.unresolvable if unresolvable else self.failed).update(dict.fromkeys(nodes, reason))
+        if nodes:
+            self.failing_version += 1
+
     def drop(self, node: str) -> bool:
         if self.failing.pop(node, None) is not None:
             self.failing_version += 1

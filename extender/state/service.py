@@ -254,21 +254,24 @@ class SchedulingService:
         self._refresh()
         fits = self.store.fits
         shape = self._shape(claims)
-        table = fits.table(shape) if shape is not None else ShapeVerdicts()
+        # A pod whose claims are all allocated already is answered from their node selectors at
+        # little cost (``_settle_pinned``); remembering one shape per shared claim would crowd the
+        # templates' shapes out of the FitCache and make every invalidation visit more tables.
+        remember = shape is not None and bool(claims.to_allocate)
+        table = fits.table(shape) if remember else ShapeVerdicts()
         node_names = candidates.names
         unknown = table.unknown(candidates.serial, candidates.unique)
         fits.stats.hits += len(node_names) - len(unknown)
         if not unknown:
             table.mark_covered(candidates.serial)
             return table
-        missing = sorted(unknown)  # a stable order; each node's verdict is its own
-        fits.stats.misses += len(missing)
+        fits.stats.misses += len(unknown)
         allocator = self._allocator_now(claims)
-        missing = self._settle_pinned(allocator.pinned_nodes(), missing, table)
-        if not missing:
+        unknown = self._settle_pinned(allocator.pinned_nodes(), unknown, table)
+        if not unknown:
             table.mark_covered(candidates.serial)
             return table
-        nodes = [self.store.node(name) for name in missing]
+        nodes = [self.store.node(name) for name in sorted(unknown)]  # a stable order; each verdict is its own
         for node, outcome in zip(nodes, allocator.allocate_many(nodes), strict=True):
             verdict: Verdict
             if isinstance(outcome, Allocation):
@@ -285,18 +288,15 @@ class SchedulingService:
         return table
 
     @staticmethod
-    def _settle_pinned(allowed: frozenset[str] | None, names: list[str], table: ShapeVerdicts) -> list[str]:
+    def _settle_pinned(allowed: frozenset[str] | None, names: set[str], table: ShapeVerdicts) -> set[str]:
         """Answer "not available" for the nodes outside ``allowed`` (``Allocator.pinned_nodes``:
         the pod's shared claim is allocated elsewhere) and return the rest, still to decide."""
         if allowed is None:
             return names
-        rest = []
-        for name in names:
-            if name in allowed:
-                rest.append(name)
-            else:
-                table.put(name, _NOT_AVAILABLE)
-        return rest
+        outside = names.difference(allowed)
+        if outside:
+            table.put_all(outside, _NOT_AVAILABLE)
+        return names.intersection(allowed)
 
     def _why_not(self, allocator: Allocator, node: NodeInfo) -> tuple[bool, str]:
         """(unresolvable, reason) for a node where allocate() returned None."""

@@ -437,3 +437,22 @@ def test_a_long_drop_log_starts_over() -> None:
     table.mark_covered(1)
     table.drop("n2")
     assert table.unknown(1, names) == {"n2"}
+
+
+def test_put_all_equals_one_put_per_node() -> None:
+    def state(table: Any) -> tuple[Any, ...]:
+        return (table.by_node, table.failing, table.failed, table.unresolvable, table.drops)
+
+    for verdict in ((True, "not available"), (False, "cannot allocate all claims")):
+        bulk, single = FitCache().table("s"), FitCache().table("s")
+        for table in (bulk, single):
+            table.put("a", (False, "x"))
+        before = bulk.failing_version
+        bulk.put_all(iter(["b", "c"]), verdict)  # new nodes: the bulk way
+        for node in ("b", "c"):
+            single.put(node, verdict)
+        assert state(bulk) == state(single) and bulk.failing_version > before
+        bulk.put_all(["a", "d"], verdict)  # "a" has a verdict: one put each
+        for node in ("a", "d"):
+            single.put(node, verdict)
+        assert state(bulk) == state(single)
