@@ -612,8 +612,8 @@ class SchedulingService:
         if uid and actual_uid != uid:
             raise WriteConflict(f'pod "{namespace}/{name}" has UID {actual_uid}, not {uid}: it was re-created')
         bound_to = (pod.get("spec") or {}).get("nodeName")
-        claims = resolve_pod_claims(pod, self.store, self.ledger)
         if bound_to:
+            claims = resolve_pod_claims(pod, self.store, self.ledger)
             if bound_to == node_name and all(reserved_for(c, actual_uid) for c in claims.all):
                 return  # a retry after success: nothing left to do
             raise WriteConflict(f'pod "{namespace}/{name}" is already bound to node {bound_to}')
