@@ -11,7 +11,7 @@ template, direct and shared-claim pods, no unschedulable pods) as JSON, then:
 
 1. starts a server subprocess, ``python -m bench.service serve``: the same objects as
    ``dra-extender serve --cluster`` builds (EmbeddedBackend, SchedulingService, create_app, JSON logs at
-   info to /dev/null), but the manifest file is parsed with orjson instead of PyYAML. **Cold start** is
+   info to /dev/null), in a process that can run under cProfile (``--profile-dir``). **Cold start** is
    the time from spawning it to the first filter answered (load + sync + cache warm-up + first filter);
 2. **filter** and **prioritize** latency: one-GPU pods reserved for probing (never bound), sent
    one at a time with ``NodeNames`` = every node (nodeCacheCapable), after a warm-up round;
@@ -25,7 +25,8 @@ template, direct and shared-claim pods, no unschedulable pods) as JSON, then:
 5. **cold start (serve CLI)**: ``python -m extender serve --cluster FILE`` from spawn to the first
    filter answered, given up after ``--cli-timeout`` seconds.
 
-The client is aiohttp on the same machine (its time is in the latencies, as kube-scheduler's would be).
+The client is ``bench.http_client.LeanClient`` on the same machine and event loop choice as the
+server (its time is in the latencies, as kube-scheduler's would be).
 Prints a Markdown table and target verdicts; ``--plot PATH`` writes a PNG of the curves when matplotlib
 is importable; ``--json PATH`` writes the rows. Timings are printed, never asserted.
 """
@@ -96,32 +97,25 @@ class Row:
 def serve(
     cluster: str, port: int, log_level: str, profile: str | None, gc_mode: str = "default", event_loop: str = "auto"
 ) -> int:
-    """What ``dra-extender serve --cluster`` does, with the manifests parsed by orjson.
+    """What ``dra-extender serve --cluster`` does, in a process the benchmark can profile.
 
-    ``gc_mode="freeze"`` adds what the service does not do (yet): ``gc.collect(); gc.freeze()`` once the
-    caches are warm, so the synced objects leave the collector's generations (spec/libraries.md §1)."""
+    ``gc_mode="freeze"`` adds ``gc.collect(); gc.freeze()`` once more after the app's start-up (the
+    server already freezes after its warm-up): a what-if for the collector's cost."""
     from extender.backends.embedded import EmbeddedBackend
     from extender.cli import DEFAULT_SCORING
     from extender.core.scoring import ScoringPolicy
     from extender.logconfig import configure_logging
-    from extender.manifests import ManifestError, load_manifests
+    from extender.manifests import ManifestError
     from extender.server.app import create_app, run
     from extender.server.settings import ServerSettings
     from extender.state.service import SchedulingService
 
     configure_logging("json", log_level)
-    path = Path(cluster)
-    if path.suffix == ".json":
-        document = orjson.loads(path.read_bytes())
-        objects = document["items"] if document.get("kind") == "List" else [document]
-    else:
-        try:
-            objects = load_manifests(path)
-        except ManifestError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-    backend = EmbeddedBackend(objects)
-    del objects, document
+    try:
+        backend = EmbeddedBackend.from_paths(cluster)  # JSON through orjson, as the CLI reads it
+    except ManifestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     service = SchedulingService(backend=backend, scoring=ScoringPolicy.parse(DEFAULT_SCORING))
     app = create_app(service, ServerSettings(host="127.0.0.1", port=port, event_loop=event_loop))
     if gc_mode == "freeze":

@@ -161,13 +161,9 @@ class SliceSnapshot:
 
     def node_view(self, node: NodeInfo, features: Features) -> NodeView:
         """The node's pools and devices, memoised per node name, labels and features."""
-        cached = self._cache.get(node.name)
-        if (
-            cached is not None
-            and (cached[1] is features or cached[1] == features)
-            and (cached[0] is node.labels or cached[0] == node.labels)
-        ):
-            return cached[2]
+        view = self.cached_view(node, features)
+        if view is not None:
+            return view
         view = NodeView.of(gather_pools(self, node, features))
         # NodeInfo mappings are never changed after construction, so keeping the object is safe.
         self._cache[node.name] = (node.labels, features, view)
@@ -176,7 +172,11 @@ class SliceSnapshot:
     def cached_view(self, node: NodeInfo, features: Features) -> NodeView | None:
         """The node's view if ``node_view`` has made it already (for these labels and features)."""
         cached = self._cache.get(node.name)
-        if cached is not None and cached[1] == features and cached[0] == node.labels:
+        if (
+            cached is not None
+            and (cached[1] is features or cached[1] == features)
+            and (cached[0] is node.labels or cached[0] == node.labels)
+        ):
             return cached[2]
         return None
 

@@ -8,8 +8,9 @@ problem, before anything changes. Answers are built as plain dicts for ``orjson`
   in nodeCacheCapable mode (``NodeNames`` sent) ``NodeNames`` is always a list, even empty, because
   the scheduler reads a null list as "drop every node"; otherwise ``Nodes`` echoes the NodeList with
   the full Node objects that passed.
-- ``HostPriorityList`` ``[{"Host", "Score"}]`` (``encode_priority_list`` writes its JSON directly:
-  one dict per node is most of what prioritize costs the server); ``ExtenderBindingResult`` ``{Error}``.
+- ``HostPriorityList`` ``[{"Host", "Score"}]`` (``encode_priority_columns`` writes its JSON directly
+  from the service's columns of hosts and scores, ``encode_priority_list`` from pairs: one dict per
+  node is most of what prioritize costs the server); ``ExtenderBindingResult`` ``{Error}``.
 
 ``wire_field`` is the one place that decides which field an ``ExtenderError`` lands in.
 """

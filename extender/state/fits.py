@@ -119,16 +119,10 @@ class ShapeVerdicts:
             self.drop(node)
         self.by_node[node] = verdict
         if isinstance(verdict, tuple):
-            if self.failing.get(node) != verdict:
-                self.failing[node] = verdict
-                self.failing_version += 1
+            self.failing[node] = verdict
+            self.failing_version += 1
             unresolvable, reason = verdict
             (self.unresolvable if unresolvable else self.failed)[node] = reason
-            (self.failed if unresolvable else self.unresolvable).pop(node, None)
-        elif self.failing.pop(node, None) is not None:
-            self.failing_version += 1
-            self.failed.pop(node, None)
-            self.unresolvable.pop(node, None)
 
     def put_all(self, nodes: Iterable[str], verdict: tuple[bool, str]) -> None:
         """``put(node, verdict)`` for every node, with C-level dict updates for the usual case of
@@ -178,9 +172,9 @@ class ShapeVerdicts:
     def unknown(self, serial: int, unique: set[str]) -> set[str]:
         """The nodes of candidate list ``serial`` (``unique``: its nodes) without a verdict."""
         mark = self._covered.get(serial)
-        if mark is None:
+        since = None if mark is None else self.dropped_since(mark)
+        if since is None:
             return unique.difference(self.by_node)
-        since = self._dropped[mark - self._dropped_base :]
         by_node = self.by_node
         return {node for node in since if node in unique and node not in by_node}
 

@@ -39,8 +39,6 @@ class InFlightLedger:
         self.ttl_seconds = ttl_seconds
         self._clock = clock
         self._entries: dict[str, InFlightAllocation] = {}
-        #: Bumped on every change, so callers can tell whether a cached decision still holds.
-        self.version = 0
         #: Told of every entry added (True) or removed (False): the store counts in-flight devices
         #: as in use, and caches of verdicts depend on that.
         self.listeners: list[Callable[[InFlightAllocation, bool], None]] = []
@@ -72,7 +70,6 @@ class InFlightLedger:
         )
         replaced = self._entries.get(claim.key)
         self._entries[claim.key] = entry
-        self.version += 1
         if replaced is not None:
             self._changed(replaced)
         self._changed(entry, added=True)
@@ -81,7 +78,6 @@ class InFlightLedger:
     def drop(self, claim_key: str) -> InFlightAllocation | None:
         entry = self._entries.pop(claim_key, None)
         if entry is not None:
-            self.version += 1
             self._changed(entry)
         return entry
 
@@ -92,8 +88,6 @@ class InFlightLedger:
         for entry in gone:
             del self._entries[entry.claim_key]
             self._changed(entry)
-        if gone:
-            self.version += 1
         return gone
 
     def reconcile(self, claims: Mapping[str, ResourceClaim]) -> list[InFlightAllocation]:
@@ -106,8 +100,6 @@ class InFlightLedger:
                 done.append(entry)
                 del self._entries[entry.claim_key]
                 self._changed(entry)
-        if done:
-            self.version += 1
         return done
 
     def overlay(self, base: AllocatedState) -> AllocatedState:

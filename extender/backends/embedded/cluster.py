@@ -41,11 +41,6 @@ _COMPACT_KINDS = frozenset({"ResourceSlice"})
 #: Kinds whose raw objects the store keeps: it must get a copy of its own.
 _STORE_KEEPS_RAW = frozenset({"ResourceClaim", "ResourceClaimTemplate", "Pod"})
 
-
-def _thaw(value: Any) -> dict[str, Any]:
-    thawed: dict[str, Any] = orjson.loads(value) if isinstance(value, bytes) else value
-    return thawed
-
 __all__ = ["EmbeddedBackend", "Listener"]
 
 #: Called after every change with ("ADDED" | "MODIFIED" | "DELETED", a copy of the object).
@@ -54,6 +49,12 @@ Listener = Callable[[str, dict[str, Any]], None]
 _CLAIMS = "resourceclaims.resource.k8s.io"
 #: The metadata a PUT replaces; everything else in metadata is kept from the stored object.
 _USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
+
+
+def _thaw(value: Any) -> dict[str, Any]:
+    """A stored object as a dict (those kept serialized are decoded: a copy of their own)."""
+    thawed: dict[str, Any] = orjson.loads(value) if isinstance(value, bytes) else value
+    return thawed
 
 
 class EmbeddedBackend:
