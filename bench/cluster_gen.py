@@ -98,6 +98,8 @@ class ClusterSpec:
     #: Weights of the template / direct / shared pod kinds.
     mix: dict[str, float] = field(default_factory=lambda: {"template": 0.5, "direct": 0.3, "shared": 0.2})
     unschedulable: float = 0.0
+    #: Weights of the claim shapes among schedulable pods (None: ``SHAPES``' own weights).
+    shapes: dict[str, float] | None = None
     seed: int = 0
 
 
@@ -400,6 +402,11 @@ def _templates(namespace: str, shapes: Sequence[str], spec: ClusterSpec) -> list
 
 def _pods_and_claims(rng: random.Random, spec: ClusterSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     shapes = _available_shapes(spec)
+    if spec.shapes is not None:
+        unknown = set(spec.shapes) - set(shapes)
+        if unknown:
+            raise ValueError(f"shapes not available in this cluster: {', '.join(sorted(unknown))}")
+        shapes = {name: weight for name, weight in spec.shapes.items() if weight > 0}
     shape_names, shape_weights = list(shapes), list(shapes.values())
     kinds = [k for k, w in spec.mix.items() if w > 0]
     kind_weights = [spec.mix[k] for k in kinds]

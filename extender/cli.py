@@ -253,6 +253,20 @@ def _add_serve(commands: Any) -> None:
         type=_checked(ScoringPolicy.parse),
     )
     option(
+        "--hold-seconds",
+        "2",
+        "how long filter (one node left) and prioritize (its best node) hold the pod's devices on "
+        "that node for the bind kube-scheduler sends next; 0 turns holds off (default %(default)s)",
+        type=_checked(_non_negative_float),
+    )
+    option(
+        "--claim-wait-seconds",
+        "3",
+        "how long a bind waits for the resourceclaim controller to create the pod's template claims "
+        "(default %(default)s)",
+        type=_checked(_non_negative_float),
+    )
+    option(
         "--max-body-bytes",
         str(DEFAULT_MAX_BODY_BYTES),
         "largest request body accepted, larger ones get HTTP 413; the default 64 MiB holds a "
@@ -357,7 +371,13 @@ def _serve(args: argparse.Namespace) -> int:
         if kube.rejected is not None:
             on_rejected = kube.rejected.record
         backend = kube
-    service = SchedulingService(backend=backend, scoring=args.scoring, on_rejected=on_rejected)
+    service = SchedulingService(
+        backend=backend,
+        scoring=args.scoring,
+        on_rejected=on_rejected,
+        hold_seconds=args.hold_seconds,
+        claim_wait_seconds=args.claim_wait_seconds,
+    )
     try:
         run(create_app(service, settings))
     except ExtenderError as exc:  # the backend could not start (unreachable, forbidden, unserved API)

@@ -20,6 +20,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from aiohttp import web
 from extender.backends.embedded import EmbeddedBackend
 from extender.cli import main
 from extender.server.app import create_app
+from extender.state.ledger import InFlightLedger
 from extender.state.service import CANNOT_ALLOCATE, NO_CLASS_DEVICES, NOT_AVAILABLE, SchedulingService
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -247,8 +249,14 @@ CHECKS: dict[str, Callable[[Any], None]] = {
 TEXT_CHECKS: dict[str, Callable[[str], None]] = {"metrics": _check_metrics}
 
 
-def _demo_app() -> web.Application:
-    return create_app(SchedulingService(backend=EmbeddedBackend.from_paths(DEMO)))
+#: Seconds between two examples, as a person types them: longer than a hold lives (a filter that
+#: leaves one node, and a prioritize, hold the pod's devices on its node for 2 s; docs/pipeline.md).
+TYPING_SECONDS = 30.0
+
+
+def _demo_app(clock: Callable[[], float] = time.monotonic) -> web.Application:
+    service = SchedulingService(backend=EmbeddedBackend.from_paths(DEMO), ledger=InFlightLedger(clock=clock))
+    return create_app(service)
 
 
 # --- tests ---------------------------------------------------------------------------------------
@@ -307,9 +315,11 @@ def _requests(address: str) -> Iterator[Request]:
     ids=["curl", "aiohttp"],
 )
 async def test_readme_examples_against_the_demo(aiohttp_server: Any, use_curl: bool) -> None:
-    server = await aiohttp_server(_demo_app())
+    typed = [time.monotonic()]
+    server = await aiohttp_server(_demo_app(lambda: typed[0]))
     address = f"127.0.0.1:{server.port}"
     for example in readme_examples():
+        typed[0] += TYPING_SECONDS
         response = await send(parse_curl(example.command, address), use_curl=use_curl)
         assert response.status == 200, f"{example.name}: HTTP {response.status}: {response.text}"
         if example.name in TEXT_CHECKS:

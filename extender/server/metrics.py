@@ -151,6 +151,36 @@ class _StateCollector(Collector):
         )
         ledger.add_metric([], len(service.ledger))
         yield ledger
+        stats = service.stats
+        holds = CounterMetricFamily(
+            f"{NAMESPACE}_holds",
+            "Tentative holds of a pod's devices on the node it is expected to be bound to, by what "
+            "became of them: placed, kept (bind chose that node), moved (bind chose another), dropped "
+            "(the pod's next attempt), expired.",
+            labels=["outcome"],
+        )
+        for outcome in ("placed", "kept", "moved", "dropped", "expired"):
+            holds.add_metric([outcome], stats.holds.get(outcome, 0))
+        yield holds
+        age = CounterMetricFamily(
+            f"{NAMESPACE}_hold_age_seconds",
+            "Seconds from a hold to its pod's bind, summed over the binds that found a hold (with _count).",
+        )
+        age.add_metric([], stats.hold_age_seconds)
+        yield age
+        settled = CounterMetricFamily(f"{NAMESPACE}_holds_settled", "Binds that found a hold of their pod.")
+        settled.add_metric([], stats.holds_settled)
+        yield settled
+        waits = CounterMetricFamily(
+            f"{NAMESPACE}_bind_claim_waits", "Binds that waited for the resourceclaim controller to create claims."
+        )
+        waits.add_metric([], stats.claim_waits)
+        yield waits
+        waited = CounterMetricFamily(
+            f"{NAMESPACE}_bind_claim_wait_seconds", "Seconds binds waited for template claims to be created, summed."
+        )
+        waited.add_metric([], stats.claim_wait_seconds)
+        yield waited
         cache = GaugeMetricFamily(f"{NAMESPACE}_cache_objects", "Objects held in the cache, by kind.", labels=["kind"])
         for kind, size in (
             ("slices", len(store.slices)),
@@ -163,18 +193,18 @@ class _StateCollector(Collector):
         ):
             cache.add_metric([kind], size)
         yield cache
-        stats = store.selectors.stats
+        cel = store.selectors.stats
         compiles = CounterMetricFamily(
             f"{NAMESPACE}_cel_compile_cache", "CEL compile-cache lookups, by result.", labels=["result"]
         )
-        compiles.add_metric(["hit"], stats.compile_hits)
-        compiles.add_metric(["miss"], stats.compile_misses)
+        compiles.add_metric(["hit"], cel.compile_hits)
+        compiles.add_metric(["miss"], cel.compile_misses)
         yield compiles
         results = CounterMetricFamily(
             f"{NAMESPACE}_cel_result_cache", "CEL selector result-cache lookups, by result.", labels=["result"]
         )
-        results.add_metric(["hit"], stats.result_hits)
-        results.add_metric(["miss"], stats.result_misses)
+        results.add_metric(["hit"], cel.result_hits)
+        results.add_metric(["miss"], cel.result_misses)
         yield results
         fits = store.fits
         lookups = CounterMetricFamily(

@@ -8,10 +8,18 @@ ledger and sorts the claims into "to allocate" and "already allocated", or raise
   256-consumer limit): the scheduler retries with backoff (spec §20: with the in-tree plugin
   disabled these pods reach the extender and must get ``Error``, not failed nodes);
 - ``PodUnschedulable`` for a pod spec no retry can fix.
+
+With ``from_templates``, a template claim the resourceclaim controller has not created yet (or
+that the store has not seen yet) is answered from its ResourceClaimTemplate instead: the controller
+copies the template's claim spec into the claim, so the allocator's answer for the claim is known
+before it exists. Such a *provisional* claim has a key no real claim can have (``provisional_key``)
+and the template's spec key, so a pod is the same shape before and after its claim appears; bind
+waits for the real claim before it writes anything (docs/pipeline.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,7 +29,7 @@ from extender.core.model import ResourceClaim
 from extender.state.ledger import InFlightLedger
 from extender.state.store import ObjectStore
 
-__all__ = ["MAX_CONSUMERS", "PodClaims", "pod_identity", "resolve_pod_claims"]
+__all__ = ["MAX_CONSUMERS", "PodClaims", "pod_identity", "provisional_key", "reserved_for", "resolve_pod_claims"]
 
 #: ResourceClaimReservedForMaxSize.
 MAX_CONSUMERS = 256
@@ -38,6 +46,8 @@ class PodClaims:
     to_allocate: list[ResourceClaim] = field(default_factory=list)
     #: Already allocated (shared, pre-allocated, or ours from an earlier bind attempt).
     allocated: list[ResourceClaim] = field(default_factory=list)
+    #: Claims of ``to_allocate`` made from their template (not created yet): key -> spec key.
+    provisional: dict[str, bytes] = field(default_factory=dict)
 
 
 def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -57,7 +67,29 @@ def reserved_for(claim: ResourceClaim, pod_uid: str) -> bool:
     return any(ref.uid == pod_uid for ref in claim.reserved_for)
 
 
-def resolve_pod_claims(pod: Mapping[str, Any], store: ObjectStore, ledger: InFlightLedger) -> PodClaims:
+def provisional_key(namespace: str, pod_name: str, pod_claim_name: str) -> str:
+    """The key of a pod's template claim before it exists; the space and parentheses cannot occur
+    in a Kubernetes name, so no real claim has it."""
+    return f"{namespace}/{pod_name}-{pod_claim_name} (not created yet)"
+
+
+def _provisional(
+    store: ObjectStore, result: PodClaims, namespace: str, pod_name: str, pod_claim_name: str, template_name: str
+) -> ResourceClaim | None:
+    """The claim the controller will make from the template, or None if the store has no template."""
+    template_key = f"{namespace}/{template_name}"
+    template = store.templates.get(template_key)
+    spec_key = store.template_specs.get(template_key)
+    if template is None or spec_key is None:
+        return None
+    key = provisional_key(namespace, pod_name, pod_claim_name)
+    result.provisional[key] = spec_key
+    return dataclasses.replace(template.spec, namespace=namespace, name=key.partition("/")[2], uid="")
+
+
+def resolve_pod_claims(
+    pod: Mapping[str, Any], store: ObjectStore, ledger: InFlightLedger, *, from_templates: bool = False
+) -> PodClaims:
     namespace, name, uid = pod_identity(pod)
     result = PodClaims(pod_key=f"{namespace}/{name}", pod_uid=uid)
     spec = pod.get("spec") or {}
@@ -72,6 +104,17 @@ def resolve_pod_claims(pod: Mapping[str, Any], store: ObjectStore, ledger: InFli
             claim_name, check_owner = str(pod_claim["resourceClaimName"]), False
         elif pod_claim.get("resourceClaimTemplateName"):
             entry = statuses.get(pod_claim_name)
+            known = entry is not None and f"{namespace}/{entry.get('resourceClaimName')}" in store.claims
+            if from_templates and not known and (entry is None or entry.get("resourceClaimName")):
+                template_name = str(pod_claim["resourceClaimTemplateName"])
+                provisional = _provisional(store, result, namespace, name, str(pod_claim_name), template_name)
+                if provisional is not None:
+                    in_flight = ledger.get(provisional.key)
+                    if in_flight is not None and in_flight.pod_uid != uid:
+                        raise Transient(f"resource claim {provisional.key} is in the process of being allocated")
+                    result.all.append(provisional)
+                    result.to_allocate.append(provisional)
+                    continue
             if entry is None:
                 raise ClaimNotCreated(f'pod "{namespace}/{name}": ResourceClaim not created yet')
             if not entry.get("resourceClaimName"):

@@ -8,6 +8,17 @@ treats a claim in flight for another pod as "being allocated" (upstream's in-fli
 
 An entry is dropped when the store shows the allocation (``reconcile``), on rollback, or after a
 TTL, so a crash mid-bind cannot hold devices forever.
+
+Two kinds of entries besides a bind's own:
+
+- *tentative* (``hold``): the devices the service expects a pod to get on the node it scored best
+  (or the one node its filter left), from that answer until the pod's ``bind`` arrives (which
+  drops the hold and decides for the node kube-scheduler chose), the pod's next ``filter``, or a
+  short TTL. kube-scheduler starts the next pod's scheduling cycle before it sends a bind; a hold
+  makes that cycle see the pod's devices as taken (docs/pipeline.md).
+- *provisional*: for a claim the resourceclaim controller has not created yet, keyed by a
+  provisional claim key that no real claim can have; ``reconcile`` leaves them alone (they have
+  no claim in the store to compare with), bind replaces them once the claim exists.
 """
 
 from __future__ import annotations
@@ -30,6 +41,9 @@ class InFlightAllocation:
     node: str
     result: AllocationResult
     expires_at: float
+    tentative: bool = False
+    provisional: bool = False
+    created_at: float = 0.0
 
 
 class InFlightLedger:
@@ -57,8 +71,20 @@ class InFlightLedger:
         return self._entries.get(claim_key)
 
     def add(
-        self, *, claim: ResourceClaim, pod_key: str, pod_uid: str, node: str, result: AllocationResult
+        self,
+        *,
+        claim: ResourceClaim,
+        pod_key: str,
+        pod_uid: str,
+        node: str,
+        result: AllocationResult,
+        tentative: bool = False,
+        provisional: bool = False,
+        ttl_seconds: float | None = None,
     ) -> InFlightAllocation:
+        """Record (or replace) the entry of ``claim``; a tentative one is a hold (module docstring)
+        and lives ``ttl_seconds`` (default: the ledger's TTL)."""
+        now = self._clock()
         entry = InFlightAllocation(
             claim_key=claim.key,
             claim_uid=claim.uid,
@@ -66,7 +92,10 @@ class InFlightLedger:
             pod_uid=pod_uid,
             node=node,
             result=result,
-            expires_at=self._clock() + self.ttl_seconds,
+            expires_at=now + (self.ttl_seconds if ttl_seconds is None else ttl_seconds),
+            tentative=tentative,
+            provisional=provisional,
+            created_at=now,
         )
         replaced = self._entries.get(claim.key)
         self._entries[claim.key] = entry
@@ -80,6 +109,23 @@ class InFlightLedger:
         if entry is not None:
             self._changed(entry)
         return entry
+
+    def age(self, entry: InFlightAllocation) -> float:
+        """Seconds since ``entry`` was added."""
+        return self._clock() - entry.created_at
+
+    def holds_of(self, pod_uid: str) -> list[InFlightAllocation]:
+        """The tentative entries of one pod (usually none, or one per claim)."""
+        if not self._entries:
+            return []
+        return [e for e in self._entries.values() if e.tentative and e.pod_uid == pod_uid]
+
+    def drop_holds(self, pod_uid: str) -> list[InFlightAllocation]:
+        """Drop and return the pod's tentative entries."""
+        gone = self.holds_of(pod_uid)
+        for entry in gone:
+            self.drop(entry.claim_key)
+        return gone
 
     def expire(self) -> list[InFlightAllocation]:
         """Drop and return the entries older than the TTL."""
@@ -95,6 +141,8 @@ class InFlightLedger:
         or was re-created (another UID). Returns the dropped entries."""
         done: list[InFlightAllocation] = []
         for entry in tuple(self._entries.values()):
+            if entry.provisional:
+                continue  # no claim to compare with yet: bind replaces it, or the TTL ends it
             claim = claims.get(entry.claim_key)
             if claim is None or claim.uid != entry.claim_uid or claim.allocation is not None:
                 done.append(entry)

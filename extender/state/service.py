@@ -17,19 +17,19 @@ is ``FailedAndUnresolvableNodes``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import astuple, dataclass, field
 from itertools import count, filterfalse
 from typing import Any
 
-import orjson
 import structlog
 
 from extender.core.allocator import Allocation, Allocator
 from extender.core.cel import CelCompileError
-from extender.core.convert import encode_allocation_result
 from extender.core.errors import (
+    ClaimNotCreated,
     DoesNotFit,
     ExtenderError,
     NotSynced,
@@ -41,6 +41,7 @@ from extender.core.errors import (
 from extender.core.explain import explain_node
 from extender.core.model import AllocationResult, DeviceID, Features, NodeInfo, ResourceClaim, UnparsedVersion
 from extender.core.scoring import (
+    MAX_SCORE,
     TOPOLOGY,
     DeviceUsage,
     ScoringCandidate,
@@ -50,13 +51,22 @@ from extender.core.scoring import (
     scores_by_value,
 )
 from extender.state.backend import Backend
+from extender.state.claim_writes import (
+    DELETE_PROTECTION_FINALIZER,
+    Written,
+    deallocate,
+    roll_back,
+    write_allocation,
+    write_reservation,
+)
 from extender.state.claims import PodClaims, pod_identity, reserved_for, resolve_pod_claims
-from extender.state.clock import utc_now_text
 from extender.state.fits import ShapeVerdicts, Verdict
 from extender.state.ledger import InFlightAllocation, InFlightLedger
 
 __all__ = [
     "CANNOT_ALLOCATE",
+    "DEFAULT_CLAIM_WAIT_SECONDS",
+    "DEFAULT_HOLD_SECONDS",
     "DELETE_PROTECTION_FINALIZER",
     "NOT_AVAILABLE",
     "NO_CLASS_DEVICES",
@@ -67,7 +77,6 @@ __all__ = [
 
 log = structlog.get_logger()
 
-DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
 CANNOT_ALLOCATE = "cannot allocate all claims"
 NOT_AVAILABLE = "resourceclaim not available on the node"
 NO_CLASS_DEVICES = "no devices of the requested device classes on the node"
@@ -75,8 +84,12 @@ NOT_SYNCED = "cache not synced yet"
 _NOT_AVAILABLE = (True, NOT_AVAILABLE)
 #: Candidate lists ``_candidates`` keeps: the full list for filter, survivors for prioritize.
 _RECENT_CANDIDATE_LISTS = 4
-#: client-go's retry.DefaultRetry: 5 attempts on conflict.
-WRITE_ATTEMPTS = 5
+#: How long a tentative hold (``hold_seconds``) waits for its pod's bind: kube-scheduler sends it
+#: milliseconds after the answer that placed it (docs/pipeline.md has the measured gaps).
+DEFAULT_HOLD_SECONDS = 2.0
+#: How long a bind waits for the resourceclaim controller to create a pod's template claims
+#: (``claim_wait_seconds``); below kube-scheduler's default extender httpTimeout of 5 s.
+DEFAULT_CLAIM_WAIT_SECONDS = 3.0
 
 
 @dataclass(slots=True)
@@ -122,16 +135,29 @@ class ServiceStats:
     allocations: int = 0  # claims allocated by successful binds
     binds_ok: int = 0
     binds_failed: dict[str, int] = field(default_factory=dict)  # by error class name
+    #: tentative holds by what became of them: placed, kept (bind chose the held node), moved
+    #: (bind chose another), dropped (the pod's next filter), expired
+    holds: dict[str, int] = field(default_factory=dict)
+    #: seconds from a hold to its pod's bind, summed, and how many binds found a hold
+    hold_age_seconds: float = 0.0
+    holds_settled: int = 0
+    #: binds that waited for the resourceclaim controller, and the seconds they waited
+    claim_waits: int = 0
+    claim_wait_seconds: float = 0.0
+
+    def count_hold(self, outcome: str, n: int = 1) -> None:
+        self.holds[outcome] = self.holds.get(outcome, 0) + n
 
 
 @dataclass(slots=True)
-class _Written:
-    """One claim write a bind made, so a failure can undo exactly it."""
+class _BindDecision:
+    """What a bind decided at arrival: the pod, the node, its claims and their new allocations
+    (in ``claims.to_allocate`` order), already recorded in the ledger."""
 
-    claim_key: str
-    added_finalizer: bool = False
-    set_allocation: bool = False
-    added_reservation: bool = False
+    pod: Mapping[str, Any]
+    node: str
+    claims: PodClaims
+    results: tuple[AllocationResult, ...]
 
 
 class SchedulingService:
@@ -146,9 +172,13 @@ class SchedulingService:
         scoring: ScoringPolicy | None = None,
         scoring_annotation: str = "dra-extender.io/scoring",
         on_rejected: Callable[[Mapping[str, Any]], None] | None = None,
+        hold_seconds: float = DEFAULT_HOLD_SECONDS,
+        claim_wait_seconds: float = DEFAULT_CLAIM_WAIT_SECONDS,
     ) -> None:
         """``on_rejected`` is told of every pod that no offered node fits (the kube backend uses it
-        to requeue such pods quickly once devices free up)."""
+        to requeue such pods quickly once devices free up). ``hold_seconds`` > 0 turns on the
+        tentative holds and prioritize's one best node (docs/pipeline.md); ``claim_wait_seconds``
+        is how long a bind waits for template claims that do not exist yet."""
         self.backend = backend
         self.on_rejected = on_rejected
         self.store = backend.store
@@ -167,8 +197,13 @@ class SchedulingService:
         # The latest requests' candidate nodes, canonicalised (see _candidates): filter asks about
         # every node, prioritize about the survivors.
         self._recent_candidates: dict[str, Candidates] = {}
-        # Bind decisions are serialised: deciding is milliseconds, the writes happen outside it.
-        self._decide = asyncio.Lock()
+        self.hold_seconds = hold_seconds
+        self.claim_wait_seconds = claim_wait_seconds
+        # UIDs of pods with a bind between its decision and its last write.
+        self._binding: set[str] = set()
+        # Binds waiting for template claims, by pod key (see _with_created_claims).
+        self._claim_waiters: dict[str, list[asyncio.Event]] = {}
+        self.store.claim_listeners.append(self._claim_or_pod_changed)
 
     # --- shared steps ---------------------------------------------------------------------
 
@@ -187,7 +222,9 @@ class SchedulingService:
     def _refresh(self) -> None:
         """Bring the ledger and the slice snapshot up to date. Their changes reach the FitCache
         here, so this runs before remembered verdicts are read."""
-        self.ledger.expire()
+        expired = self.ledger.expire()
+        if expired:
+            self.stats.count_hold("expired", len({e.pod_uid for e in expired if e.tentative}))
         self.ledger.reconcile(self.store.claims)
         self.store.snapshot()
 
@@ -213,7 +250,7 @@ class SchedulingService:
         a store). None when a claim's spec is unknown."""
         specs: list[bytes] = []
         for claim in claims.to_allocate:
-            spec = self.store.claim_specs.get(claim.key)
+            spec = self.store.claim_specs.get(claim.key) or claims.provisional.get(claim.key)
             if spec is None:
                 return None
             specs.append(spec)
@@ -334,11 +371,19 @@ class SchedulingService:
     # --- verbs -------------------------------------------------------------------------------
 
     def filter(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
+        """The filter verb. A new attempt of a pod first gives back what its previous attempt held
+        (its own holds would hide devices from it); when exactly one node passes, kube-scheduler
+        picks it without asking prioritize, so the pod's devices there are held at once."""
+        return self._filter(pod, node_names, hold=True)
+
+    def _filter(self, pod: Mapping[str, Any], node_names: Sequence[str], *, hold: bool) -> FilterOutcome:
         if not self.backend.synced:
             return FilterOutcome([], error=NOT_SYNCED)
         try:
             pod = self._pod_for(pod)
-            claims = resolve_pod_claims(pod, self.store, self.ledger)
+            if hold:
+                self._release_holds(pod_identity(pod)[2])
+            claims = resolve_pod_claims(pod, self.store, self.ledger, from_templates=True)
             if not claims.all:
                 return FilterOutcome(list(node_names))
             candidates = self._candidates(node_names)
@@ -371,6 +416,8 @@ class SchedulingService:
                 (result.unresolvable if is_unresolvable else result.failed)[name] = reason
         if not result.node_names and self.on_rejected is not None:
             self.on_rejected(pod)
+        elif hold and len(result.node_names) == 1 and claims.to_allocate:
+            self._hold(claims, result.node_names[0])
         return result
 
     async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
@@ -385,7 +432,7 @@ class SchedulingService:
         if stuck is None:
             return outcome
         try:
-            await self._deallocate(stuck, pod_identity(pod)[2])
+            await deallocate(self.backend, stuck, pod_identity(pod)[2])
         except ExtenderError as exc:
             log.warning("filter.deallocation_failed", claim=stuck.key, reason=exc.reason)
             return outcome
@@ -413,23 +460,6 @@ class SchedulingService:
                 return claim
         return None
 
-    async def _deallocate(self, claim: ResourceClaim, pod_uid: str) -> None:
-        for _attempt in range(WRITE_ATTEMPTS):
-            raw = await self.backend.get_claim(claim.namespace, claim.name)
-            status = raw.setdefault("status", {})
-            if not status.get("allocation"):
-                return
-            if any(ref.get("uid") != pod_uid for ref in status.get("reservedFor") or []):
-                raise Transient(f"claim {claim.key} got a consumer in the meantime", claim=claim.key)
-            for key in ("allocation", "reservedFor", "devices"):
-                status.pop(key, None)
-            try:
-                await self.backend.update_claim_status(raw)
-                return
-            except WriteConflict:
-                continue
-        raise WriteConflict(f"deallocate claim {claim.key}: conflict", claim=claim.key)
-
     def prioritize(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
         """A 0..10 score for every given node (0 where the claims do not fit)."""
         return list(zip(*self.prioritize_columns(pod, node_names), strict=True))
@@ -440,7 +470,8 @@ class SchedulingService:
         if not self.backend.synced:
             raise NotSynced(NOT_SYNCED)
         pod = self._pod_for(pod)
-        claims = resolve_pod_claims(pod, self.store, self.ledger)
+        self._release_holds(pod_identity(pod)[2])
+        claims = resolve_pod_claims(pod, self.store, self.ledger, from_templates=True)
         if not claims.all:
             return node_names, [0] * len(node_names)
         policy = self._policy_for(pod)
@@ -454,8 +485,48 @@ class SchedulingService:
         # node -> code -> score, through C-level maps (None: the node does not fit)
         score_by_code: dict[int | None, int] = {code: by_value[value] for code, value in in_use.items()}
         score_by_code[None] = 0
+        scores = list(map(score_by_code.__getitem__, codes))
+        if self.hold_seconds > 0 and claims.to_allocate and scores:
+            best = _one_best(scores, codes)
+            if best is not None:
+                self._hold(claims, candidates.names[best])
         # a tuple: the list is the service's own canonical one (``_candidates``), kept for reuse
-        return tuple(candidates.names), list(map(score_by_code.__getitem__, codes))
+        return tuple(candidates.names), scores
+
+    # --- tentative holds -----------------------------------------------------------------------
+
+    def _hold(self, claims: PodClaims, node_name: str) -> None:
+        """Hold the devices the pod would get on ``node_name`` until its bind (ledger docstring)."""
+        if self.hold_seconds <= 0:
+            return
+        allocation = self._allocator_now(claims).allocate(self.store.node(node_name))
+        if allocation is None:
+            return
+        for claim, result in zip(claims.to_allocate, allocation.results, strict=True):
+            self.ledger.add(
+                claim=claim,
+                pod_key=claims.pod_key,
+                pod_uid=claims.pod_uid,
+                node=node_name,
+                result=result,
+                tentative=True,
+                provisional=claim.key in claims.provisional,
+                ttl_seconds=self.hold_seconds,
+            )
+        self.stats.count_hold("placed")
+
+    def _release_holds(self, pod_uid: str, *, bound_to: str | None = None) -> None:
+        """Drop the pod's holds: at its next filter or prioritize, or when its bind (to
+        ``bound_to``) arrives, which then decides afresh for the node kube-scheduler chose."""
+        gone = self.ledger.drop_holds(pod_uid)
+        if not gone:
+            return
+        if bound_to is None:
+            self.stats.count_hold("dropped")
+            return
+        self.stats.count_hold("kept" if any(e.node == bound_to for e in gone) else "moved")
+        self.stats.holds_settled += 1
+        self.stats.hold_age_seconds += self.ledger.age(gone[0])
 
     def _score_codes(
         self, verdicts: ShapeVerdicts, candidates: Candidates, attribute: str | None
@@ -550,13 +621,13 @@ class SchedulingService:
             return out
         try:
             pod = self._pod_for(pod)
-            claims = resolve_pod_claims(pod, self.store, self.ledger)
+            claims = resolve_pod_claims(pod, self.store, self.ledger, from_templates=True)
         except ExtenderError as exc:
             out["error"] = exc.reason
             return out
         out["claims"] = [claim.key for claim in claims.all]
         allocator = self._allocator(claims)
-        outcome = self.filter(pod, node_names)
+        outcome = self._filter(pod, node_names, hold=False)
         out["error"] = outcome.error
         for node_name in node_names:
             node = self.store.node(node_name)
@@ -605,146 +676,157 @@ class SchedulingService:
         log.info("bind.finished", pod=f"{namespace}/{name}", node=node_name, outcome="bound")
 
     async def _bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
-        pod = await self.backend.get_pod(namespace, name)
-        if pod is None:
-            raise ObjectNotFound(f'pod "{namespace}/{name}" not found')
+        """Decide at arrival, then write (docs/pipeline.md, "one pod's timeline").
+
+        The pod comes from the watch cache; only a pod the cache lacks, or has with another UID,
+        is read from the API first. The decision is synchronous: from the moment this request is
+        read to the moment its devices are in the ledger nothing else runs, so every later filter
+        and prioritize sees them. The binding's UID precondition catches a pod re-created since."""
+        pod = self.store.pods.get(f"{namespace}/{name}")
+        if pod is None or (uid and pod_identity(pod)[2] != uid):
+            pod = await self.backend.get_pod(namespace, name)
+            if pod is None:
+                raise ObjectNotFound(f'pod "{namespace}/{name}" not found')
         actual_uid = pod_identity(pod)[2]
         if uid and actual_uid != uid:
             raise WriteConflict(f'pod "{namespace}/{name}" has UID {actual_uid}, not {uid}: it was re-created')
-        bound_to = (pod.get("spec") or {}).get("nodeName")
-        if bound_to:
-            claims = resolve_pod_claims(pod, self.store, self.ledger)
-            if bound_to == node_name and all(reserved_for(c, actual_uid) for c in claims.all):
-                return  # a retry after success: nothing left to do
-            raise WriteConflict(f'pod "{namespace}/{name}" is already bound to node {bound_to}')
-
-        node = self.store.node(node_name)
-        async with self._decide:
-            claims = resolve_pod_claims(pod, self.store, self.ledger)
-            allocator = self._allocator(claims)
-            allocation = allocator.allocate(node)
-            if allocation is None:
-                _, reason = self._why_not(allocator, node)
-                raise DoesNotFit(f"node {node_name} no longer fits the pod: {reason}", node=node_name)
-            for claim, result in zip(claims.to_allocate, allocation.results, strict=True):
-                self.ledger.add(claim=claim, pod_key=claims.pod_key, pod_uid=actual_uid, node=node_name, result=result)
-
-        written: list[_Written] = []
+        if actual_uid in self._binding:
+            raise Transient(f'pod "{namespace}/{name}" is being bound already')
+        decision = self._decide_bind(pod, node_name)
+        if decision is None:
+            return  # a retry after success: nothing left to do
+        self._binding.add(actual_uid)
         try:
-            results = dict(zip((c.key for c in claims.to_allocate), allocation.results, strict=True))
-            for claim in claims.all:
-                record = _Written(claim.key)
-                written.append(record)
-                if claim.key in results:
-                    await self._write_allocation(claim, results[claim.key], pod, record)
-                    self.stats.allocations += 1
-                elif not reserved_for(claim, actual_uid):
-                    await self._write_reservation(claim, pod, record)
-            await self.backend.bind_pod(namespace, name, actual_uid, node_name)
+            if decision.claims.provisional:
+                decision = await self._with_created_claims(decision)
+            await self._write_bind(decision)
         except ExtenderError:
-            await self._rollback(written, pod)
-            for claim in claims.to_allocate:
+            for claim in decision.claims.to_allocate:
                 self.ledger.drop(claim.key)
             raise
+        finally:
+            self._binding.discard(actual_uid)
         # Entries leave the ledger once the store shows the allocations (reconcile).
         self.ledger.reconcile(self.store.claims)
 
-    async def _fresh_claim(self, claim: ResourceClaim, attempt: int) -> dict[str, Any]:
-        """The claim to modify: the cached copy first, the API's from the second attempt on."""
-        if attempt == 0:
-            cached = self.store.raw_claims.get(claim.key)
-            if cached is not None:
-                return _json_copy(cached)
-        return await self.backend.get_claim(claim.namespace, claim.name)
+    def _decide_bind(self, pod: Mapping[str, Any], node_name: str) -> _BindDecision | None:
+        """Allocate for the chosen node and record it in the ledger, without awaiting anything.
+        None when the pod is already bound there with its claims reserved (a repeated bind)."""
+        namespace, name, uid = pod_identity(pod)
+        bound_to = (pod.get("spec") or {}).get("nodeName")
+        if bound_to:
+            claims = resolve_pod_claims(pod, self.store, self.ledger)
+            if bound_to == node_name and all(reserved_for(c, uid) for c in claims.all):
+                return None
+            raise WriteConflict(f'pod "{namespace}/{name}" is already bound to node {bound_to}')
+        self._release_holds(uid, bound_to=node_name)
+        claims = resolve_pod_claims(pod, self.store, self.ledger, from_templates=True)
+        results = self._allocate_in_ledger(claims, node_name)
+        return _BindDecision(pod, node_name, claims, results)
 
-    async def _write_allocation(
-        self, claim: ResourceClaim, result: AllocationResult, pod: Mapping[str, Any], record: _Written
-    ) -> None:
-        _, name, uid = pod_identity(pod)
-        for attempt in range(WRITE_ATTEMPTS):
-            raw = await self._fresh_claim(claim, attempt)
-            meta = raw.setdefault("metadata", {})
-            status = raw.setdefault("status", {})
-            if (meta.get("uid") and claim.uid and meta["uid"] != claim.uid) or meta.get("deletionTimestamp"):
-                raise Transient(f"claim {claim.key} got deleted in the meantime", claim=claim.key)
-            if status.get("allocation"):
-                raise Transient(f"claim {claim.key} got allocated elsewhere in the meantime", claim=claim.key)
-            try:
-                finalizers = meta.setdefault("finalizers", [])
-                if DELETE_PROTECTION_FINALIZER not in finalizers:
-                    finalizers.append(DELETE_PROTECTION_FINALIZER)
-                    raw = await self.backend.update_claim(raw)
-                    record.added_finalizer = True
-                    status = raw.setdefault("status", {})
-                allocation = encode_allocation_result(result, str(raw.get("apiVersion") or claim.api_version))
-                allocation["allocationTimestamp"] = utc_now_text()
-                status["allocation"] = allocation
-                status.setdefault("reservedFor", []).append({"resource": "pods", "name": name, "uid": uid})
-                await self.backend.update_claim_status(raw)
-                record.set_allocation = True
-                record.added_reservation = True
-                return
-            except WriteConflict:
-                continue
-        raise WriteConflict(f"add allocation and reservation to claim {claim.key}: conflict", claim=claim.key)
+    def _allocate_in_ledger(self, claims: PodClaims, node_name: str) -> tuple[AllocationResult, ...]:
+        allocator = self._allocator(claims)
+        node = self.store.node(node_name)
+        allocation = allocator.allocate(node)
+        if allocation is None:
+            _, reason = self._why_not(allocator, node)
+            raise DoesNotFit(f"node {node_name} no longer fits the pod: {reason}", node=node_name)
+        for claim, result in zip(claims.to_allocate, allocation.results, strict=True):
+            self.ledger.add(
+                claim=claim,
+                pod_key=claims.pod_key,
+                pod_uid=claims.pod_uid,
+                node=node_name,
+                result=result,
+                provisional=claim.key in claims.provisional,
+            )
+        return allocation.results
 
-    async def _write_reservation(self, claim: ResourceClaim, pod: Mapping[str, Any], record: _Written) -> None:
-        _, name, uid = pod_identity(pod)
-        for attempt in range(WRITE_ATTEMPTS):
-            raw = await self._fresh_claim(claim, attempt)
-            status = raw.setdefault("status", {})
-            if not status.get("allocation"):
-                raise Transient(f"claim {claim.key} got deallocated in the meantime", claim=claim.key)
-            consumers = status.setdefault("reservedFor", [])
-            if any(ref.get("uid") == uid for ref in consumers):
-                return
-            consumers.append({"resource": "pods", "name": name, "uid": uid})
-            try:
-                # The allocation goes back exactly as stored: the API server rejects any change.
-                await self.backend.update_claim_status(raw)
-            except WriteConflict:
-                continue
-            record.added_reservation = True
+    async def _with_created_claims(self, decision: _BindDecision) -> _BindDecision:
+        """Wait (at most ``claim_wait_seconds``) until the resourceclaim controller has created the
+        pod's template claims and the store shows them, then decide again for the real claims in
+        one synchronous step: the provisional entries give their devices back and the same
+        allocation is recorded under the claims' own keys."""
+        pod_key = decision.claims.pod_key
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        deadline = started + self.claim_wait_seconds
+        event = asyncio.Event()
+        self._claim_waiters.setdefault(pod_key, []).append(event)
+        try:
+            while True:
+                pod = self.store.pods.get(pod_key)
+                if pod is None:
+                    raise ObjectNotFound(f'pod "{pod_key}" not found')
+                if pod_identity(pod)[2] != decision.claims.pod_uid:
+                    raise WriteConflict(f'pod "{pod_key}" was re-created')
+                claims = resolve_pod_claims(pod, self.store, self.ledger, from_templates=True)
+                if not claims.provisional:
+                    break
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    raise ClaimNotCreated(f'pod "{pod_key}": ResourceClaim not created yet')
+                event.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), remaining)
+        finally:
+            waiters = self._claim_waiters.get(pod_key, [])
+            if event in waiters:
+                waiters.remove(event)
+            if not waiters:
+                self._claim_waiters.pop(pod_key, None)
+        self.stats.claim_waits += 1
+        self.stats.claim_wait_seconds += loop.time() - started
+        for claim in decision.claims.to_allocate:
+            self.ledger.drop(claim.key)
+        results = self._allocate_in_ledger(claims, decision.node)
+        return _BindDecision(pod, decision.node, claims, results)
+
+    def _claim_or_pod_changed(self, kind: str, key: str) -> None:
+        """Wake the binds waiting for a pod's template claims (``_with_created_claims``)."""
+        if not self._claim_waiters:
             return
-        raise WriteConflict(f"add reservation to claim {claim.key}: conflict", claim=claim.key)
+        if kind == "Pod":
+            targets = self._claim_waiters.get(key, ())
+        else:
+            namespace = key.partition("/")[0] + "/"
+            targets = [e for pod, events in self._claim_waiters.items() if pod.startswith(namespace) for e in events]
+        for event in targets:
+            event.set()
 
-    async def _rollback(self, written: list[_Written], pod: Mapping[str, Any]) -> None:
-        """Undo exactly what this bind wrote, newest first. Failures are logged, not raised: the
-        claim controller and the ledger's TTL are the backstop."""
-        _, _, uid = pod_identity(pod)
-        for record in reversed(written):
-            if not (record.added_finalizer or record.set_allocation or record.added_reservation):
-                continue
-            namespace, _, name = record.claim_key.partition("/")
-            for _attempt in range(WRITE_ATTEMPTS):
-                try:
-                    await self._undo(namespace, name, uid, record)
-                    break
-                except WriteConflict:
-                    continue
-                except ObjectNotFound:
-                    break
-                except ExtenderError as exc:
-                    log.warning("bind.rollback_failed", claim=record.claim_key, reason=exc.reason)
-                    break
+    async def _write_bind(self, decision: _BindDecision) -> None:
+        """The claim writes, then the binding; on failure exactly what was written is undone."""
+        pod, claims = decision.pod, decision.claims
+        namespace, name, uid = pod_identity(pod)
+        written: list[Written] = []
+        try:
+            results = dict(zip((c.key for c in claims.to_allocate), decision.results, strict=True))
+            for claim in claims.all:
+                record = Written(claim.key)
+                written.append(record)
+                if claim.key in results:
+                    await write_allocation(self.backend, self.store, claim, results[claim.key], pod, record)
+                    self.stats.allocations += 1
+                elif not reserved_for(claim, uid):
+                    await write_reservation(self.backend, self.store, claim, pod, record)
+            try:
+                await self.backend.bind_pod(namespace, name, uid, decision.node)
+            except WriteConflict:
+                if not await self._bound_already(namespace, name, uid, decision.node):
+                    raise
+        except ExtenderError:
+            await roll_back(self.backend, written, uid)
+            raise
 
-    async def _undo(self, namespace: str, name: str, uid: str, record: _Written) -> None:
-        raw = await self.backend.get_claim(namespace, name)
-        status = raw.setdefault("status", {})
-        consumers = status.get("reservedFor") or []
-        if record.added_reservation and any(ref.get("uid") == uid for ref in consumers):
-            consumers = [ref for ref in consumers if ref.get("uid") != uid]
-            status["reservedFor"] = consumers
-            if record.set_allocation and not consumers:
-                status.pop("allocation", None)
-                status.pop("reservedFor", None)
-                status.pop("devices", None)
-            raw = await self.backend.update_claim_status(raw)
-        if record.added_finalizer and not (raw.get("status") or {}).get("allocation"):
-            finalizers = (raw.get("metadata") or {}).get("finalizers") or []
-            if DELETE_PROTECTION_FINALIZER in finalizers:
-                raw["metadata"]["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
-                await self.backend.update_claim(raw)
+    async def _bound_already(self, namespace: str, name: str, uid: str, node_name: str) -> bool:
+        """After a refused binding: is the pod bound to this node already (an earlier bind of ours
+        whose answer kube-scheduler did not wait for; the cache had not shown it yet)?"""
+        live = await self.backend.get_pod(namespace, name)
+        return (
+            live is not None
+            and pod_identity(live)[2] == uid
+            and (live.get("spec") or {}).get("nodeName") == node_name
+        )
 
     # --- debug views -------------------------------------------------------------------------
 
@@ -794,20 +876,27 @@ class SchedulingService:
         return {"node": node_name, "labels": dict(node.labels), "pools": pools, "devices": devices}
 
 
+def _one_best(scores: list[int], codes: Sequence[int | None]) -> int | None:
+    """Make the first of the best-scored nodes the only best one, in place, and return its index
+    (None when it does not fit). kube-scheduler breaks equal totals at random; an extender that
+    holds the node it expects to be chosen must name one. One point is ``weight x 10`` in
+    kube-scheduler's total, more than the in-tree differences between like nodes (spec §A.10)."""
+    top = max(scores)
+    first = scores.index(top)
+    if codes[first] is None:
+        return None
+    if scores.count(top) > 1:
+        if top < MAX_SCORE:
+            scores[first] = top + 1
+        else:
+            scores[:] = [score - 1 if score == top else score for score in scores]
+            scores[first] = top
+    return first
+
+
 def _attribute_json(value: object) -> object:
     if isinstance(value, bool | int | str):
         return value
     if isinstance(value, UnparsedVersion):
         return value.text
     return str(value)
-
-
-def _json_copy(raw: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of a JSON object (what the store keeps), several times cheaper than deepcopy."""
-    try:
-        copied: dict[str, Any] = orjson.loads(orjson.dumps(raw))
-    except TypeError:  # not plain JSON after all (orjson.JSONEncodeError)
-        return copy.deepcopy(raw)
-    return copied
-
-

@@ -17,7 +17,7 @@ Synchronous and single-threaded (one asyncio loop); no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -155,13 +155,14 @@ def _shares_on(allocation: AllocationResult | None, device: DeviceID) -> set[str
     }
 
 
-def _spec_key(raw: Mapping[str, Any]) -> bytes | None:
-    """A claim's apiVersion and spec as canonical bytes: equal for claims the allocator cannot
-    tell apart (template claims of one template), so they share remembered verdicts. None when
-    the spec is not plain JSON (then nothing is shared)."""
+def _spec_key(raw: Mapping[str, Any], spec: Any = None) -> bytes | None:
+    """A claim's apiVersion and spec (``raw["spec"]``, or ``spec``) as canonical bytes: equal for
+    claims the allocator cannot tell apart (template claims of one template, and the template's
+    own claim spec), so they share remembered verdicts. None when the spec is not plain JSON (then
+    nothing is shared)."""
     version = str(raw.get("apiVersion") or "").encode()
     try:
-        return version + b"\0" + orjson.dumps(raw.get("spec"), option=orjson.OPT_SORT_KEYS)
+        return version + b"\0" + orjson.dumps(raw.get("spec") if spec is None else spec, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # orjson.JSONEncodeError: e.g. non-string keys from YAML
         return None
 
@@ -179,11 +180,16 @@ class ObjectStore:
         self.claim_specs: dict[str, bytes] = {}
         self.templates: dict[str, ResourceClaimTemplate] = {}
         self.raw_templates: dict[str, dict[str, Any]] = {}
+        #: Per template key: the spec key (``_spec_key``) of the claims it makes.
+        self.template_specs: dict[str, bytes] = {}
         self.slices: dict[str, ResourceSlice] = {}
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         #: Bumped on every change; cheap "did anything change" checks for callers' caches.
         self.revision = 0
+        #: Told ``(kind, key)`` after a Pod or ResourceClaim was added or replaced (a bind waiting
+        #: for the resourceclaim controller listens here).
+        self.claim_listeners: list[Callable[[str, str], None]] = []
         self._snapshot: SliceSnapshot | None = SliceSnapshot(())
         self._pending_slices: list[tuple[ResourceSlice | None, ResourceSlice | None]] = []
         self._allocations = AllocationIndex()  # allocated claims
@@ -201,6 +207,8 @@ class ObjectStore:
         if kind == "Pod":
             self.pods[key] = raw
             self.revision += 1
+            for listener in self.claim_listeners:
+                listener(kind, key)
             return
         spec_key = _spec_key(raw) if kind == "ResourceClaim" else None
         # A claim's spec is immutable: a status update need not decode it again.
@@ -218,9 +226,16 @@ class ObjectStore:
             else:
                 self.claim_specs[key] = spec_key
             self._claim_allocation(key, obj.allocation)
+            for listener in self.claim_listeners:
+                listener(kind, key)
         elif isinstance(obj, ResourceClaimTemplate):
             self.templates[key] = obj
             self.raw_templates[key] = raw
+            template_spec = _spec_key(raw, (raw.get("spec") or {}).get("spec") or {})
+            if template_spec is None:
+                self.template_specs.pop(key, None)
+            else:
+                self.template_specs[key] = template_spec
         elif isinstance(obj, ResourceSlice):
             old = self.slices.get(key)
             self.slices[key] = obj
@@ -248,6 +263,7 @@ class ObjectStore:
         elif kind == "ResourceClaimTemplate":
             self.templates.pop(key, None)
             self.raw_templates.pop(key, None)
+            self.template_specs.pop(key, None)
         elif kind == "ResourceSlice":
             old = self.slices.pop(key, None)
             if old is not None:

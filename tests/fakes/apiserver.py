@@ -278,10 +278,17 @@ class FakeApiServer:
         return self.fail(method, path, status=409, times=times)
 
     def delay(
-        self, method: str | None = None, path: str = "", seconds: float = 0.1, *, times: int | None = None
+        self,
+        method: str | None = None,
+        path: str = "",
+        seconds: float = 0.1,
+        *,
+        times: int | None = None,
+        watch: bool | None = None,
     ) -> FaultRule:
-        """Wait ``seconds`` before handling matching requests."""
-        return self.faults.add(FaultRule("delay", method, path, times=times, seconds=seconds))
+        """Wait ``seconds`` before handling matching requests (only watches, or none of them, with
+        ``watch``): an API server's latency."""
+        return self.faults.add(FaultRule("delay", method, path, watch, times=times, seconds=seconds))
 
     def hang(self, method: str | None = None, path: str = "", *, times: int | None = 1) -> FaultRule:
         """Never answer matching requests; the connection is closed by ``release_hangs()``,

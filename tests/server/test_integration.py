@@ -177,7 +177,12 @@ async def test_metrics_follow_the_cache(client: Client, backend: EmbeddedBackend
     }
     lookups = sum(v for k, v in samples.items() if k.startswith("dra_extender_cel_result_cache_total"))
     assert lookups > 0
-    # the second filter for the same pod found every node's verdict remembered
-    assert f'dra_extender_fit_cache_total{{result="hit"}} {float(len(NODES))}' in text
-    assert f'dra_extender_fit_cache_total{{result="miss"}} {float(len(NODES))}' in text
-    assert f"dra_extender_fit_cache_verdicts {float(len(NODES))}" in text
+    # The first filter left one node and held the pod's devices there (kube-scheduler binds such a
+    # pod without prioritize); the second, a new attempt, gave them back first: that node's verdict
+    # was dropped and decided again, every other node's was remembered; its new hold then dropped
+    # that node's verdict once more.
+    assert 'dra_extender_holds_total{outcome="placed"} 2.0' in text
+    assert 'dra_extender_holds_total{outcome="dropped"} 1.0' in text
+    assert f'dra_extender_fit_cache_total{{result="hit"}} {float(len(NODES) - 1)}' in text
+    assert f'dra_extender_fit_cache_total{{result="miss"}} {float(len(NODES) + 1)}' in text
+    assert f"dra_extender_fit_cache_verdicts {float(len(NODES) - 1)}" in text

@@ -216,7 +216,10 @@ async def schedule_one(svc: SchedulingService, pod: dict[str, Any], names: list[
 async def test_remembered_verdicts_equal_fresh_ones_through_random_changes(seed: int) -> None:
     objects = gen.generate(SPEC)
     policy = ScoringPolicy.parse("binpack=2,prioritized=1,spread=1,topology:resource.kubernetes.io/pcieRoot=1")
-    svc = SchedulingService(backend=EmbeddedBackend(objects), scoring=policy)
+    # Holds (hold_seconds) change the ledger at every filter and prioritize and make one best score
+    # unique: state changes and an answer rule of their own (tests/state/test_holds.py). This test
+    # is about remembered verdicts, against an oracle that knows neither.
+    svc = SchedulingService(backend=EmbeddedBackend(objects), scoring=policy, hold_seconds=0)
     rng = random.Random(seed)
     names = sorted(svc.store.nodes)
     pending = gen.pods_of(objects)
@@ -257,7 +260,7 @@ async def test_remembered_verdicts_equal_fresh_ones_through_random_changes(seed:
 
 async def test_a_bind_recomputes_only_the_node_it_changed() -> None:
     objects = gen.generate(gen.ClusterSpec(nodes=6, devices=4, nics=0, pods=12, unschedulable=0.0, seed=3))
-    svc = SchedulingService(backend=EmbeddedBackend(objects))
+    svc = SchedulingService(backend=EmbeddedBackend(objects), hold_seconds=0)  # holds: tests/state/test_holds.py
     names = sorted(svc.store.nodes)
     one_gpu = [
         p

@@ -26,8 +26,8 @@ from extender.state.service import (
 from tests.manifests import claim, cluster, gpu_slice, node, pod, template
 
 
-def service(objects: list[dict[str, Any]]) -> SchedulingService:
-    return SchedulingService(backend=EmbeddedBackend(copy.deepcopy(objects)))
+def service(objects: list[dict[str, Any]], **options: Any) -> SchedulingService:
+    return SchedulingService(backend=EmbeddedBackend(copy.deepcopy(objects)), **options)
 
 
 NODES = ["node-1", "node-2"]
@@ -281,7 +281,8 @@ async def test_a_pod_deleted_mid_bind_leaves_nothing_behind() -> None:
 
 
 def test_prioritize_and_later_pods_reuse_remembered_verdicts_until_a_node_changes() -> None:
-    svc = service(cluster(claim("c1"), claim("c2"), pod("p", "c1"), pod("q", "c2"), nodes=2, gpus=2))
+    # Without holds: a hold is a node change of its own (tests/state/test_holds.py).
+    svc = service(cluster(claim("c1"), claim("c2"), pod("p", "c1"), pod("q", "c2"), nodes=2, gpus=2), hold_seconds=0)
     calls = []
     original = svc._allocator_now
 
@@ -363,7 +364,7 @@ def test_prioritize_refuses_a_fitting_node_listed_twice_every_time() -> None:
 
 def test_prioritize_scores_follow_binds_on_a_remembered_candidate_list() -> None:
     objects = cluster(claim("a"), claim("b"), pod("p", "a"), pod("q", "b"), nodes=2, gpus=2)
-    svc = service(objects)
+    svc = service(objects, hold_seconds=0)  # equal scores stay equal without holds (test_holds.py)
     before = dict(svc.prioritize(pod("p", "a"), NODES))
     assert before["node-1"] == before["node-2"]  # both empty
     asyncio.run(svc.bind("default", "q", "uid-q", "node-2"))

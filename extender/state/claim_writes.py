@@ -1,0 +1,213 @@
+"""What bind (and the PostFilter-style recovery) writes to ResourceClaims, and how it is undone.
+
+The write protocol of the in-tree plugin's PreBind (docs/pipeline.md, "the writes"):
+
+1. the delete-protection finalizer with a normal update, if the claim lacks it;
+2. ``status.allocation`` plus a ``status.reservedFor`` entry for the pod in one status update,
+   guarded by the resourceVersion: a claim another scheduler allocated meanwhile is never
+   overwritten (``got allocated elsewhere``);
+3. (the pod binding, by the caller).
+
+A shared claim that is allocated already only gets the pod's ``reservedFor`` entry. Every step
+retries on a write conflict with a fresh copy, through one helper (``retry_on_conflict``), five
+attempts as client-go's ``retry.DefaultRetry``; ``Written`` records what a bind wrote so that
+``roll_back`` undoes exactly that, newest first.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import orjson
+import structlog
+
+from extender.core.convert import encode_allocation_result
+from extender.core.errors import ExtenderError, ObjectNotFound, Transient, WriteConflict
+from extender.core.model import AllocationResult, ResourceClaim
+from extender.state.backend import Backend
+from extender.state.claims import pod_identity
+from extender.state.clock import utc_now_text
+from extender.state.store import ObjectStore
+
+__all__ = [
+    "DELETE_PROTECTION_FINALIZER",
+    "WRITE_ATTEMPTS",
+    "Written",
+    "deallocate",
+    "retry_on_conflict",
+    "roll_back",
+    "write_allocation",
+    "write_reservation",
+]
+
+log = structlog.get_logger()
+
+DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
+#: client-go's retry.DefaultRetry: 5 attempts on conflict.
+WRITE_ATTEMPTS = 5
+
+T = TypeVar("T")
+
+
+async def retry_on_conflict(step: Callable[[int], Awaitable[T]], *, what: str, claim: str) -> T:
+    """``await step(attempt)`` until it does not raise ``WriteConflict``, at most ``WRITE_ATTEMPTS``
+    times; then ``WriteConflict("<what>: conflict")``. Other errors pass through at once."""
+    for attempt in range(WRITE_ATTEMPTS):
+        try:
+            return await step(attempt)
+        except WriteConflict:
+            continue
+    raise WriteConflict(f"{what}: conflict", claim=claim)
+
+
+@dataclass(slots=True)
+class Written:
+    """One claim write a bind made, so a failure can undo exactly it."""
+
+    claim_key: str
+    added_finalizer: bool = False
+    set_allocation: bool = False
+    added_reservation: bool = False
+
+    @property
+    def wrote(self) -> bool:
+        return self.added_finalizer or self.set_allocation or self.added_reservation
+
+
+async def _fresh_claim(backend: Backend, store: ObjectStore, claim: ResourceClaim, attempt: int) -> dict[str, Any]:
+    """The claim to modify: the cached copy first (no round trip), the API's after a conflict."""
+    if attempt == 0:
+        cached = store.raw_claims.get(claim.key)
+        if cached is not None:
+            return _json_copy(cached)
+    return await backend.get_claim(claim.namespace, claim.name)
+
+
+async def write_allocation(
+    backend: Backend,
+    store: ObjectStore,
+    claim: ResourceClaim,
+    result: AllocationResult,
+    pod: Mapping[str, Any],
+    record: Written,
+) -> None:
+    """Steps 1 and 2 of the protocol for a claim this bind allocates."""
+    _, name, uid = pod_identity(pod)
+
+    async def step(attempt: int) -> None:
+        raw = await _fresh_claim(backend, store, claim, attempt)
+        meta = raw.setdefault("metadata", {})
+        status = raw.setdefault("status", {})
+        if (meta.get("uid") and claim.uid and meta["uid"] != claim.uid) or meta.get("deletionTimestamp"):
+            raise Transient(f"claim {claim.key} got deleted in the meantime", claim=claim.key)
+        if status.get("allocation"):
+            raise Transient(f"claim {claim.key} got allocated elsewhere in the meantime", claim=claim.key)
+        finalizers = meta.setdefault("finalizers", [])
+        if DELETE_PROTECTION_FINALIZER not in finalizers:
+            finalizers.append(DELETE_PROTECTION_FINALIZER)
+            raw = await backend.update_claim(raw)
+            record.added_finalizer = True
+            status = raw.setdefault("status", {})
+        allocation = encode_allocation_result(result, str(raw.get("apiVersion") or claim.api_version))
+        allocation["allocationTimestamp"] = utc_now_text()
+        status["allocation"] = allocation
+        status.setdefault("reservedFor", []).append({"resource": "pods", "name": name, "uid": uid})
+        await backend.update_claim_status(raw)
+        record.set_allocation = True
+        record.added_reservation = True
+
+    await retry_on_conflict(step, what=f"add allocation and reservation to claim {claim.key}", claim=claim.key)
+
+
+async def write_reservation(
+    backend: Backend, store: ObjectStore, claim: ResourceClaim, pod: Mapping[str, Any], record: Written
+) -> None:
+    """Add the pod to an allocated (shared) claim's ``reservedFor``."""
+    _, name, uid = pod_identity(pod)
+
+    async def step(attempt: int) -> None:
+        raw = await _fresh_claim(backend, store, claim, attempt)
+        status = raw.setdefault("status", {})
+        if not status.get("allocation"):
+            raise Transient(f"claim {claim.key} got deallocated in the meantime", claim=claim.key)
+        consumers = status.setdefault("reservedFor", [])
+        if any(ref.get("uid") == uid for ref in consumers):
+            return
+        consumers.append({"resource": "pods", "name": name, "uid": uid})
+        # The allocation goes back exactly as stored: the API server rejects any change.
+        await backend.update_claim_status(raw)
+        record.added_reservation = True
+
+    await retry_on_conflict(step, what=f"add reservation to claim {claim.key}", claim=claim.key)
+
+
+async def roll_back(backend: Backend, written: list[Written], pod_uid: str) -> None:
+    """Undo exactly what a bind wrote, newest first. Failures are logged, not raised: the claim
+    controller and the ledger's TTL are the backstop."""
+    for record in reversed(written):
+        if not record.wrote:
+            continue
+        try:
+            await retry_on_conflict(
+                _undo_step(backend, record, pod_uid), what=f"roll back claim {record.claim_key}", claim=record.claim_key
+            )
+        except ObjectNotFound:
+            continue
+        except ExtenderError as exc:
+            log.warning("bind.rollback_failed", claim=record.claim_key, reason=exc.reason)
+
+
+def _undo_step(backend: Backend, record: Written, uid: str) -> Callable[[int], Awaitable[None]]:
+    async def step(_attempt: int) -> None:
+        await _undo(backend, record, uid)
+
+    return step
+
+
+async def _undo(backend: Backend, record: Written, uid: str) -> None:
+    namespace, _, name = record.claim_key.partition("/")
+    raw = await backend.get_claim(namespace, name)
+    status = raw.setdefault("status", {})
+    consumers = status.get("reservedFor") or []
+    if record.added_reservation and any(ref.get("uid") == uid for ref in consumers):
+        consumers = [ref for ref in consumers if ref.get("uid") != uid]
+        status["reservedFor"] = consumers
+        if record.set_allocation and not consumers:
+            status.pop("allocation", None)
+            status.pop("reservedFor", None)
+            status.pop("devices", None)
+        raw = await backend.update_claim_status(raw)
+    if record.added_finalizer and not (raw.get("status") or {}).get("allocation"):
+        finalizers = (raw.get("metadata") or {}).get("finalizers") or []
+        if DELETE_PROTECTION_FINALIZER in finalizers:
+            raw["metadata"]["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
+            await backend.update_claim(raw)
+
+
+async def deallocate(backend: Backend, claim: ResourceClaim, pod_uid: str) -> None:
+    """Clear a claim's allocation that only ``pod_uid`` may use (upstream's PostFilter)."""
+
+    async def step(_attempt: int) -> None:
+        raw = await backend.get_claim(claim.namespace, claim.name)
+        status = raw.setdefault("status", {})
+        if not status.get("allocation"):
+            return
+        if any(ref.get("uid") != pod_uid for ref in status.get("reservedFor") or []):
+            raise Transient(f"claim {claim.key} got a consumer in the meantime", claim=claim.key)
+        for key in ("allocation", "reservedFor", "devices"):
+            status.pop(key, None)
+        await backend.update_claim_status(raw)
+
+    await retry_on_conflict(step, what=f"deallocate claim {claim.key}", claim=claim.key)
+
+
+def _json_copy(raw: dict[str, Any]) -> dict[str, Any]:
+    """A deep copy of a JSON object (what the store keeps), several times cheaper than deepcopy."""
+    try:
+        copied: dict[str, Any] = orjson.loads(orjson.dumps(raw))
+    except TypeError:  # not plain JSON after all (orjson.JSONEncodeError)
+        return copy.deepcopy(raw)
+    return copied
