@@ -260,6 +260,7 @@ def test_replicas_roll_without_a_gap() -> None:
 REQUIRED = {
     ("", "pods", "get"), ("", "pods", "list"), ("", "pods", "watch"), ("", "pods", "patch"),
     ("", "pods/binding", "create"), ("", "events", "create"), ("events.k8s.io", "events", "create"),
+    ("", "events", "patch"),
     ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
     ("resource.k8s.io", "resourceclaims", "get"), ("resource.k8s.io", "resourceclaims", "list"),
     ("resource.k8s.io", "resourceclaims", "watch"), ("resource.k8s.io", "resourceclaims", "update"),

@@ -12,8 +12,9 @@ Writes follow the protocol and the API server's answers: ``update_claim`` (PUT),
 ``update_claim_status`` (PUT .../status), ``bind_pod`` (POST .../binding with ``metadata.uid`` as
 precondition). The object a write returns is put into the store at once through the
 ``StoreFeeder``, which skips anything older than what it already applied, so the watch's later
-copy (or an older event still in flight) cannot move the store back in time. Bind success and
-failure are also recorded as Kubernetes Events on the pod (best effort, in the background).
+copy (or an older event still in flight) cannot move the store back in time. A failed binding is
+recorded as a Kubernetes Event on the pod, correlated as client-go does (``events.py``); a
+successful one is not: kube-scheduler records ``Scheduled`` itself.
 
 Optional parts: ``leader`` (``LeaseWatcher``: bind only while the co-located kube-scheduler leads)
 and the fast requeue (``rejected`` + ``Requeuer``: nudge rejected pods when devices free up).
@@ -22,10 +23,8 @@ and the fast requeue (``rejected`` + ``Requeuer``: nudge rejected pods when devi
 from __future__ import annotations
 
 import asyncio
-import datetime
 import gc
 import socket
-import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +38,7 @@ from .client import ClientSettings, KubeClient
 from .config import ClusterConfig, load_cluster_config
 from .discovery import GROUP, discover
 from .errors import KubeStartupError
+from .events import EventRecorder, EventSettings
 from .feeder import StoreFeeder
 from .leader import LeaseSettings, LeaseWatcher
 from .reflector import Reflector, Resource, WatchSettings
@@ -67,7 +67,8 @@ class KubeSettings:
     requeue: RequeueSettings | None = field(default_factory=RequeueSettings)
     """Fast requeue of rejected pods (None: off)."""
     events: bool = True
-    """Record bind success and failure as Events on the pod."""
+    """Record failed binds as Events on the pod."""
+    event_settings: EventSettings = field(default_factory=EventSettings)
     freeze_gc: bool = True
     """``gc.freeze()`` after the first full sync (tests switch it off)."""
     check_access: bool = True
@@ -101,11 +102,15 @@ class KubeBackend:
         #: Set when a reflector failed for good: ``synced`` stays False.
         self.failure: BaseException | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._side_tasks: set[asyncio.Task[None]] = set()
         self._synced_event: asyncio.Event | None = None
         self._frozen = False
         self._gc_paused = False
-        self._instance = socket.gethostname()
+        self.events = EventRecorder(
+            lambda: self.client,
+            component=settings.component,
+            instance=socket.gethostname(),
+            settings=settings.event_settings,
+        )
 
     @classmethod
     def from_kubeconfig(
@@ -160,10 +165,12 @@ class KubeBackend:
                 self.client, self.rejected, self.settings.requeue, still_pending=self._still_pending
             )
             self._tasks.append(self._guarded(self.requeuer.run(), "requeue rejected pods"))
+        if self.settings.events:
+            self._tasks.append(self._guarded(self.events.run(), "record events"))
         log.info("kube.started", api=self.api_version, source=self.client.config.source, host=self.client.config.host)
 
     async def stop(self) -> None:
-        tasks = self._tasks + list(self._side_tasks)
+        tasks = self._tasks
         self._tasks = []
         for task in tasks:
             task.cancel()
@@ -174,7 +181,6 @@ class KubeBackend:
                 pass
             except Exception:  # already logged by the guard
                 pass
-        self._side_tasks.clear()
         self._resume_gc()
         self.reflectors = {}  # not synced any more: nothing keeps the store current
         await self._close_client()
@@ -329,9 +335,6 @@ class KubeBackend:
             exc.node = exc.node or node
             self.pod_event(namespace, name, uid, kind="Warning", reason="FailedBinding", message=exc.reason)
             raise
-        self.pod_event(
-            namespace, name, uid, kind="Normal", reason="DevicesBound", message=f"claims allocated; bound to {node}"
-        )
 
     def observe_pod(self, raw_pod: dict[str, Any]) -> None:
         """Nothing to do: the pod watch sees every pod."""
@@ -339,36 +342,9 @@ class KubeBackend:
     # --- events ---------------------------------------------------------------------------------
 
     def pod_event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str) -> None:
-        """Record a core/v1 Event on the pod in the background; failures are only logged."""
-        if not self.settings.events or self.client is None:
-            return
-        task = asyncio.create_task(self._post_event(namespace, name, uid, kind, reason, message), name="pod event")
-        self._side_tasks.add(task)
-        task.add_done_callback(self._side_tasks.discard)
-
-    async def _post_event(self, namespace: str, name: str, uid: str, kind: str, reason: str, message: str) -> None:
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        event = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
-            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid},
-            "type": kind,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": self.settings.component},
-            "reportingComponent": self.settings.component,
-            "reportingInstance": self._instance,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await self._api().request(
-                "POST", f"/api/v1/namespaces/{namespace}/events", body=event, verb="create", resource="events"
-            )
-        except ExtenderError as exc:
-            log.info("kube.event_failed", pod=f"{namespace}/{name}", reason=exc.reason)
+        """Record a core/v1 Event on the pod (correlated, written in the background)."""
+        if self.settings.events and self.client is not None:
+            self.events.record(namespace, name, uid, kind=kind, reason=reason, message=message)
 
     # --- requeue --------------------------------------------------------------------------------
 
