@@ -23,6 +23,7 @@ RUN /opt/dra-extender/bin/pip install \
         "structlog>=24.1" \
         "prometheus-client>=0.20" \
         "kubernetes-asyncio>=30.0" \
+        "httptools>=0.6" \
         "uvloop>=0.19"
 WORKDIR /src
 COPY pyproject.toml README.md ./

@@ -33,24 +33,29 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import platform
 import random
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+import orjson
+
 from bench import cluster_gen
 from bench.http_client import LeanClient
 from bench.scheduler_model import HttpExtender, ModelReport, ModelSettings, SchedulerModel, percentile
+from extender.server.eventloop import new_event_loop
 
 __all__ = [
     "ClaimController",
@@ -65,6 +70,8 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[1]
 Backend = Literal["kube", "embedded"]
+#: The User-Agent of the model's own pod watch, which the request counts leave out.
+MODEL_AGENT = "bench-scheduler-model"
 #: Targets of issue 11 (kube backend, 5 ms API latency, 16 binds in flight).
 TARGET_PODS_PER_S = {500: 250.0, 5000: 100.0}
 TARGET_API_REQUESTS_PER_POD = 3.0
@@ -235,6 +242,10 @@ def _pending_templates(pod: dict[str, Any]) -> list[tuple[str, str]]:
 # --- stacks: an extender to drive, and what the model needs to know of the cluster ----------------------------
 
 
+async def _no_requests() -> Counter[str]:
+    return Counter()
+
+
 @dataclass
 class Stack:
     """A running extender on ``port``, with the pods and nodes to schedule. ``current`` is the
@@ -248,9 +259,11 @@ class Stack:
     pods: list[dict[str, Any]]
     current: Callable[[str], dict[str, Any] | None] | None = None
     subscribe: Callable[[Callable[[], None]], Callable[[], None]] = lambda _wake: lambda: None
-    api_requests: Callable[[], Counter[str]] = Counter
+    api_requests: Callable[[], Awaitable[Counter[str]]] = _no_requests
     mark_requests: Callable[[], None] = lambda: None
     server_cpu: Callable[[], float] | None = None
+    #: the fake API server's CPU seconds so far, when it runs in a process of its own
+    fake_cpu: Callable[[], float] | None = None
     service: Any = None
     fake: Any = None
     controller: ClaimController | None = None
@@ -294,12 +307,26 @@ async def _wait_ready(port: int, process: subprocess.Popen[bytes] | None, timeou
 
 def _stop_process(process: subprocess.Popen[bytes]) -> None:
     if process.poll() is None:
-        process.terminate()
+        process.send_signal(signal.SIGINT)  # a clean shutdown (py-spy writes its profile on it)
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+#: Set to a path, the extender subprocess runs under ``py-spy record`` writing a flame graph there
+#: (its CPU per pod is then not reported: the process measured would be py-spy's).
+PYSPY_ENV = "BENCH_PYSPY"
+
+
+def _spawn(command: list[str]) -> tuple[subprocess.Popen[bytes], Callable[[], float] | None]:
+    profile = os.environ.get(PYSPY_ENV)
+    if profile:
+        fmt = "raw" if profile.endswith(".txt") else "flamegraph"  # raw: collapsed stacks, one per line
+        command = ["py-spy", "record", "--rate", "200", "-f", fmt, "-o", profile, "--", *command]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return process, None if profile else (lambda: cpu_seconds(process.pid))
 
 
 def _extender_flags(scoring: str | None, extra: Sequence[str]) -> list[str]:
@@ -355,10 +382,60 @@ async def embedded_stack(
         port = free_port()
         command = [sys.executable, "-m", "extender", "serve", "--cluster", str(path), "--listen", f"127.0.0.1:{port}"]
         command += _extender_flags(scoring, extender_args)
-        process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process, server_cpu = _spawn(command)
         try:
             await _wait_ready(port, process, timeout=600)
-            yield Stack(port=port, nodes=nodes, pods=pods, server_cpu=lambda: cpu_seconds(process.pid))
+            yield Stack(port=port, nodes=nodes, pods=pods, server_cpu=server_cpu)
+        finally:
+            _stop_process(process)
+
+
+def seed_fake(fake: Any, objects: list[dict[str, Any]]) -> None:
+    """Put the generated cluster into the fake API server (its namespaces exist already)."""
+    for obj in objects:
+        if obj["kind"] != "Namespace" or fake.get_object("Namespace", None, obj["metadata"]["name"]) is None:
+            fake.put_object(obj)
+
+
+@contextlib.asynccontextmanager
+async def _kube_extender(
+    url: str,
+    *,
+    in_process: bool,
+    scoring: str | None,
+    service_options: dict[str, Any] | None,
+    extender_args: Sequence[str],
+) -> AsyncIterator[tuple[int, Any, Callable[[], float] | None]]:
+    """The extender's kube backend against ``url``: (port, in-process service or None, CPU reader)."""
+    if in_process:
+        from extender.backends.kube import ClusterConfig, KubeBackend, KubeSettings
+        from extender.core.scoring import ScoringPolicy
+        from extender.state.service import SchedulingService
+
+        backend = KubeBackend(ClusterConfig(host=url), settings=KubeSettings(freeze_gc=False))
+        options = dict(service_options or {})
+        if scoring:
+            options["scoring"] = ScoringPolicy.parse(scoring)
+        if backend.rejected is not None:
+            options.setdefault("on_rejected", backend.rejected.record)
+        service = SchedulingService(backend=backend, **options)
+        runner, port = await _serve_in_process(service)
+        try:
+            await _wait_ready(port, None, timeout=120)
+            yield port, service, None
+        finally:
+            await runner.cleanup()
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        kubeconfig.write_text(_kubeconfig(url), encoding="utf-8")
+        port = free_port()
+        command = [sys.executable, "-m", "extender", "serve", "--kubeconfig", str(kubeconfig)]
+        command += ["--listen", f"127.0.0.1:{port}", *_extender_flags(scoring, extender_args)]
+        process, server_cpu = _spawn(command)
+        try:
+            await _wait_ready(port, process, timeout=600)
+            yield port, None, server_cpu
         finally:
             _stop_process(process)
 
@@ -371,6 +448,7 @@ async def kube_stack(
     controller_delay: float = 0.02,
     controller_rate: float | None = None,
     in_process: bool = True,
+    fake_process: bool = False,
     scoring: str | None = None,
     service_options: dict[str, Any] | None = None,
     extender_args: Sequence[str] = (),
@@ -378,14 +456,28 @@ async def kube_stack(
 ) -> AsyncIterator[Stack]:
     """The fake API server holding ``objects`` (every request but watches waits ``latency`` s), the
     claim controller, and the extender's kube backend on it: in this process or as
-    ``dra-extender serve --kubeconfig``."""
+    ``dra-extender serve --kubeconfig``. With ``fake_process`` the fake and the controller run in
+    a process of their own (``bench/fake_cluster.py``) and the model learns of pod changes through
+    a pod watch, as kube-scheduler does."""
+    if fake_process:
+        async with _fake_process_stack(
+            objects,
+            latency=latency,
+            controller_delay=controller_delay,
+            controller_rate=controller_rate,
+            in_process=in_process,
+            scoring=scoring,
+            service_options=service_options,
+            extender_args=extender_args,
+            seed=seed,
+        ) as stack:
+            yield stack
+        return
     from tests.fakes import FakeApiServer
 
     nodes, pods = _split(objects)
     async with FakeApiServer.running(bookmark_interval=None, rng=random.Random(seed)) as fake:
-        for obj in objects:
-            if obj["kind"] != "Namespace" or fake.get_object("Namespace", None, obj["metadata"]["name"]) is None:
-                fake.put_object(obj)
+        seed_fake(fake, objects)
         controller = ClaimController(fake, delay=controller_delay, rate=controller_rate, seed=seed)
         controller.start()
         controller.enqueue_existing()
@@ -393,8 +485,8 @@ async def kube_stack(
             fake.delay(path="", seconds=latency, watch=False)
         mark = [0]
 
-        def api_requests() -> Counter[str]:
-            return Counter(_verb_of(r) for r in fake.requests[mark[0] :] if not r.is_watch)
+        async def api_requests() -> Counter[str]:
+            return Counter(verb_of(r) for r in fake.requests[mark[0] :] if not r.is_watch)
 
         def mark_requests() -> None:
             mark[0] = len(fake.requests)
@@ -412,50 +504,113 @@ async def kube_stack(
             fake.storage.subscribe(listener)
             return lambda: fake.storage.unsubscribe(listener)
 
-        common = {
-            "nodes": nodes,
-            "pods": pods,
-            "current": current,
-            "subscribe": subscribe,
-            "api_requests": api_requests,
-            "mark_requests": mark_requests,
-            "fake": fake,
-            "controller": controller,
-        }
         try:
-            if in_process:
-                from extender.backends.kube import ClusterConfig, KubeBackend, KubeSettings
-                from extender.core.scoring import ScoringPolicy
-                from extender.state.service import SchedulingService
-
-                backend = KubeBackend(ClusterConfig(host=fake.url), settings=KubeSettings(freeze_gc=False))
-                options = dict(service_options or {})
-                if scoring:
-                    options["scoring"] = ScoringPolicy.parse(scoring)
-                if backend.rejected is not None:
-                    options.setdefault("on_rejected", backend.rejected.record)
-                service = SchedulingService(backend=backend, **options)
-                runner, port = await _serve_in_process(service)
-                try:
-                    await _wait_ready(port, None, timeout=120)
-                    yield Stack(port=port, service=service, **common)  # type: ignore[arg-type]
-                finally:
-                    await runner.cleanup()
-                return
-            with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
-                kubeconfig = Path(tmp) / "kubeconfig"
-                kubeconfig.write_text(_kubeconfig(fake.url), encoding="utf-8")
-                port = free_port()
-                command = [sys.executable, "-m", "extender", "serve", "--kubeconfig", str(kubeconfig)]
-                command += ["--listen", f"127.0.0.1:{port}", *_extender_flags(scoring, extender_args)]
-                process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                try:
-                    await _wait_ready(port, process, timeout=600)
-                    yield Stack(port=port, server_cpu=lambda: cpu_seconds(process.pid), **common)  # type: ignore[arg-type]
-                finally:
-                    _stop_process(process)
+            async with _kube_extender(
+                fake.url,
+                in_process=in_process,
+                scoring=scoring,
+                service_options=service_options,
+                extender_args=extender_args,
+            ) as (port, service, server_cpu):
+                yield Stack(
+                    port=port,
+                    nodes=nodes,
+                    pods=pods,
+                    current=current,
+                    subscribe=subscribe,
+                    api_requests=api_requests,
+                    mark_requests=mark_requests,
+                    server_cpu=server_cpu,
+                    service=service,
+                    fake=fake,
+                    controller=controller,
+                )
         finally:
             await controller.stop()
+
+
+@contextlib.asynccontextmanager
+async def _fake_process_stack(
+    objects: list[dict[str, Any]],
+    *,
+    latency: float,
+    controller_delay: float,
+    controller_rate: float | None,
+    in_process: bool,
+    scoring: str | None,
+    service_options: dict[str, Any] | None,
+    extender_args: Sequence[str],
+    seed: int,
+) -> AsyncIterator[Stack]:
+    import aiohttp
+
+    nodes, pods = _split(objects)
+    with tempfile.TemporaryDirectory(prefix="bench-fake-") as tmp:
+        path = Path(tmp) / "cluster.json"
+        cluster_gen.write(objects, path)
+        command = [sys.executable, "-m", "bench.fake_cluster", "--cluster", str(path), "--latency", str(latency)]
+        command += ["--controller-delay", str(controller_delay), "--seed", str(seed)]
+        if controller_rate:
+            command += ["--controller-rate", str(controller_rate)]
+        fake = await asyncio.create_subprocess_exec(*command, cwd=ROOT, stdout=asyncio.subprocess.PIPE)
+        try:
+            assert fake.stdout is not None
+            line = await asyncio.wait_for(fake.stdout.readline(), 600)
+            if not line:
+                raise RuntimeError(f"the fake API server exited with code {await fake.wait()}")
+            where = orjson.loads(line)
+            url, admin = where["url"], where["admin"]
+            async with aiohttp.ClientSession(headers={"User-Agent": MODEL_AGENT}) as session:
+                mark = [0]
+
+                async def get(path: str) -> Any:
+                    async with session.get(admin + path) as response:
+                        return orjson.loads(await response.read())
+
+                async def api_requests() -> Counter[str]:
+                    return Counter(await get(f"/requests?since={mark[0]}&skip-agent={MODEL_AGENT}"))
+
+                def subscribe(wake: Callable[[], None]) -> Callable[[], None]:
+                    task = asyncio.create_task(_watch_pods(session, url, wake))
+                    return task.cancel
+
+                async with _kube_extender(
+                    url,
+                    in_process=in_process,
+                    scoring=scoring,
+                    service_options=service_options,
+                    extender_args=extender_args,
+                ) as (port, service, server_cpu):
+                    stack = Stack(
+                        port=port,
+                        nodes=nodes,
+                        pods=pods,
+                        subscribe=subscribe,
+                        api_requests=api_requests,
+                        server_cpu=server_cpu,
+                        fake_cpu=lambda: cpu_seconds(fake.pid),
+                        service=service,
+                    )
+                    mark[0] = (await get("/mark"))["mark"]
+                    yield stack
+        finally:
+            if fake.returncode is None:
+                fake.send_signal(signal.SIGINT)
+                try:
+                    await asyncio.wait_for(fake.wait(), 20)
+                except TimeoutError:
+                    fake.kill()
+                    await fake.wait()
+
+
+async def _watch_pods(session: Any, url: str, wake: Callable[[], None]) -> None:
+    """kube-scheduler's pod informer, as far as the model needs it: every pod event wakes it."""
+    async with session.get(f"{url}/api/v1/pods", params={"limit": "1"}) as response:
+        version = orjson.loads(await response.read())["metadata"]["resourceVersion"]
+    params = {"watch": "true", "resourceVersion": version, "allowWatchBookmarks": "false"}
+    async with session.get(f"{url}/api/v1/pods", params=params, timeout=None) as response:
+        async for _line in response.content:
+            wake()
 
 
 def _kubeconfig(url: str) -> str:
@@ -467,7 +622,7 @@ def _kubeconfig(url: str) -> str:
     )
 
 
-def _verb_of(record: Any) -> str:
+def verb_of(record: Any) -> str:
     """"GET pods", "PUT resourceclaims/status", "POST pods/binding", ... for one recorded request."""
     parts = [p for p in record.path.split("/") if p]
     rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
@@ -491,7 +646,9 @@ class RunResult:
     report: dict[str, Any]
     verbs_ms: dict[str, dict[str, float]] = field(default_factory=dict)
     server_cpu_ms_per_pod: float | None = None
+    #: this process (the model, and the fake API server unless it runs in its own process)
     process_cpu_ms_per_pod: float = 0.0
+    fake_cpu_ms_per_pod: float | None = None
     api_requests_per_pod: dict[str, float] = field(default_factory=dict)
     api_requests_per_pod_total: float = 0.0
 
@@ -506,6 +663,7 @@ async def run_model(
         unsubscribe = stack.subscribe(model.wake)
         stack.mark_requests()
         server0 = stack.server_cpu() if stack.server_cpu is not None else 0.0
+        fake0 = stack.fake_cpu() if stack.fake_cpu is not None else 0.0
         process0 = time.process_time()
         try:
             report = await model.run()
@@ -514,6 +672,8 @@ async def run_model(
         cpu = {"process": time.process_time() - process0}
         if stack.server_cpu is not None:
             cpu["server"] = stack.server_cpu() - server0
+        if stack.fake_cpu is not None:
+            cpu["fake"] = stack.fake_cpu() - fake0
     return report, extender, cpu
 
 
@@ -528,6 +688,7 @@ async def measure(
     in_process: bool,
     scoring: str | None,
     extender_args: Sequence[str] = (),
+    fake_process: bool = True,
 ) -> RunResult:
     objects = workload_objects(workload)
     stack_cm = (
@@ -537,6 +698,7 @@ async def measure(
             controller_delay=controller_delay,
             controller_rate=controller_rate,
             in_process=in_process,
+            fake_process=fake_process and not in_process,
             scoring=scoring,
             extender_args=extender_args,
             seed=workload.seed,
@@ -547,7 +709,7 @@ async def measure(
     del objects
     async with stack_cm as stack:
         report, client, cpu = await run_model(stack, settings)
-        requests = stack.api_requests()
+        requests = await stack.api_requests()
     bound = max(1, report.bound)
     result = RunResult(
         backend=backend,
@@ -566,6 +728,8 @@ async def measure(
     }
     if "server" in cpu:
         result.server_cpu_ms_per_pod = 1000 * cpu["server"] / bound
+    if "fake" in cpu:
+        result.fake_cpu_ms_per_pod = 1000 * cpu["fake"] / bound
     result.api_requests_per_pod = {verb: round(n / bound, 3) for verb, n in sorted(requests.items())}
     result.api_requests_per_pod_total = round(sum(requests.values()) / bound, 3)
     return result
@@ -731,37 +895,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(header(), flush=True)
     results: list[RunResult] = []
-    for nodes in sizes:
-        for backend in args.backends:
-            for claims in args.claims:
-                for shape in args.shapes:
-                    for run in range(args.repeat):
-                        workload = Workload(
-                            nodes=nodes, devices=devices, pods=pods, claims=claims, shape=shape, seed=args.seed + run
-                        )
-                        result = asyncio.run(
-                            measure(
-                                backend,
-                                workload,
-                                replace(settings, seed=args.seed + run),
-                                latency=args.latency,
-                                controller_delay=args.controller_delay,
-                                controller_rate=args.controller_rate,
-                                in_process=args.in_process,
-                                scoring=args.scoring,
-                                extender_args=args.extender_arg,
-                            )
-                        )
-                        results.append(result)
-                        rep = result.report
-                        print(
-                            f"  {backend} {nodes} nodes {claims} {shape}: {rep['pods_per_s']:.0f} pods/s, "
-                            f"{rep['bound']}/{rep['pods']} bound, failed {rep['failed_attempts'] or 0}, "
-                            f"API/pod {result.api_requests_per_pod or '—'}, server CPU ms/pod "
-                            f"{result.server_cpu_ms_per_pod or 0:.2f}",
-                            file=sys.stderr,
-                            flush=True,
-                        )
+    combinations = itertools.product(sizes, args.backends, args.claims, args.shapes, range(args.repeat))
+    for nodes, backend, claims, shape, run in combinations:
+        workload = Workload(nodes=nodes, devices=devices, pods=pods, claims=claims, shape=shape, seed=args.seed + run)
+        # uvloop where installed, as the server runs: the model stands in for a Go scheduler,
+        # whose cost per request is far below this process's
+        with asyncio.Runner(loop_factory=lambda: new_event_loop("auto")[0]) as runner:
+            result = runner.run(
+                measure(
+                    backend,
+                    workload,
+                    replace(settings, seed=args.seed + run),
+                    latency=args.latency,
+                    controller_delay=args.controller_delay,
+                    controller_rate=args.controller_rate,
+                    in_process=args.in_process,
+                    scoring=args.scoring,
+                    extender_args=args.extender_arg,
+                )
+            )
+        results.append(result)
+        rep = result.report
+        print(
+            f"  {backend} {nodes} nodes {claims} {shape}: {rep['pods_per_s']:.0f} pods/s, "
+            f"{rep['bound']}/{rep['pods']} bound, failed {rep['failed_attempts'] or 0}, "
+            f"API/pod {result.api_requests_per_pod or '—'}, server CPU ms/pod "
+            f"{result.server_cpu_ms_per_pod or 0:.2f}",
+            file=sys.stderr,
+            flush=True,
+        )
     print()
     print(table(results))
     print()

@@ -394,8 +394,8 @@ class SchedulerModel:
         scores = await self.extender.prioritize(obj, survivors)
         ranked = self._rank(survivors, scores)
         self.report.prioritized += 1
-        best_ext = max((int(s["Score"]) for s in scores), default=0)
         chosen = ranked[0]
+        best_ext = max((int(s["Score"]) for s in scores), default=0)
         if any(s["Host"] == chosen and int(s["Score"]) == best_ext for s in scores):
             self.report.followed_extender += 1
         if self.settings.batching:
@@ -418,19 +418,27 @@ class SchedulerModel:
         return 75 if self._pods_on.get(node) else 74
 
     def _rank(self, survivors: Sequence[str], scores: Sequence[dict[str, Any]]) -> list[str]:
-        """Survivors by total score, best first; the first place's ties settled by the tie-break."""
-        extender = {s["Host"]: int(s["Score"]) for s in scores}
+        """The chosen node first (the highest total, ties settled by the tie-break), then, with
+        batching only, the rest by total. The in-tree model spans one point, so only nodes within
+        one point of the best extender score are looked at closely (this runs in Python on the
+        serial cycle, where kube-scheduler spends microseconds)."""
         scale = self.settings.extender_weight * EXTENDER_SCALE
-        totals = {n: self._in_tree(n) + extender.get(n, 0) * scale for n in survivors}
+        spread = 0 if self.settings.in_tree == "none" else 1
+        extender = {s["Host"]: int(s["Score"]) * scale for s in scores}
+        best = max(extender.values(), default=0)
+        close = [n for n in survivors if extender.get(n, 0) + spread >= best]
+        totals = {n: self._in_tree(n) + extender.get(n, 0) for n in close}
         top = max(totals.values())
-        tied = [n for n in survivors if totals[n] == top]
+        tied = [n for n in close if totals[n] == top]
         if len(tied) == 1:
             first = tied[0]
         elif self.settings.tie_break == "worst" and any(n in self._chosen_at for n in tied):
             first = max(tied, key=lambda n: self._chosen_at.get(n, -1))
         else:
             first = self._rng.choice(tied)
-        rest = sorted((n for n in survivors if n != first), key=lambda n: -totals[n])
+        if not self.settings.batching:
+            return [first]
+        rest = sorted((n for n in survivors if n != first), key=lambda n: -(self._in_tree(n) + extender.get(n, 0)))
         return [first, *rest]
 
     def _assume_and_bind(self, pod: _Pod, obj: dict[str, Any], node: str) -> None:

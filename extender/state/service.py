@@ -39,7 +39,15 @@ from extender.core.errors import (
     WriteConflict,
 )
 from extender.core.explain import explain_node
-from extender.core.model import AllocationResult, DeviceID, Features, NodeInfo, ResourceClaim, UnparsedVersion
+from extender.core.model import (
+    AllocationResult,
+    DeviceID,
+    DeviceResult,
+    Features,
+    NodeInfo,
+    ResourceClaim,
+    UnparsedVersion,
+)
 from extender.core.scoring import (
     MAX_SCORE,
     TOPOLOGY,
@@ -417,7 +425,7 @@ class SchedulingService:
         if not result.node_names and self.on_rejected is not None:
             self.on_rejected(pod)
         elif hold and len(result.node_names) == 1 and claims.to_allocate:
-            self._hold(claims, result.node_names[0])
+            self._hold(claims, result.node_names[0], verdicts.by_node.get(result.node_names[0]))
         return result
 
     async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
@@ -489,20 +497,26 @@ class SchedulingService:
         if self.hold_seconds > 0 and claims.to_allocate and scores:
             best = _one_best(scores, codes)
             if best is not None:
-                self._hold(claims, candidates.names[best])
+                best_node = candidates.names[best]
+                self._hold(claims, best_node, verdicts.by_node.get(best_node))
         # a tuple: the list is the service's own canonical one (``_candidates``), kept for reuse
         return tuple(candidates.names), scores
 
     # --- tentative holds -----------------------------------------------------------------------
 
-    def _hold(self, claims: PodClaims, node_name: str) -> None:
-        """Hold the devices the pod would get on ``node_name`` until its bind (ledger docstring)."""
+    def _hold(self, claims: PodClaims, node_name: str, verdict: Verdict | None) -> None:
+        """Hold the devices the pod would get on ``node_name`` until its bind (ledger docstring):
+        the devices of the remembered verdict where they are plain devices, else a fresh
+        allocation's."""
         if self.hold_seconds <= 0:
             return
-        allocation = self._allocator_now(claims).allocate(self.store.node(node_name))
-        if allocation is None:
-            return
-        for claim, result in zip(claims.to_allocate, allocation.results, strict=True):
+        results = _held_devices(verdict) if isinstance(verdict, Allocation) else None
+        if results is None:
+            allocation = self._allocator_now(claims).allocate(self.store.node(node_name))
+            if allocation is None:
+                return
+            results = allocation.results
+        for claim, result in zip(claims.to_allocate, results, strict=True):
             self.ledger.add(
                 claim=claim,
                 pod_key=claims.pod_key,
@@ -874,6 +888,23 @@ class SchedulingService:
             for entry in view.devices
         ]
         return {"node": node_name, "labels": dict(node.labels), "pools": pools, "devices": devices}
+
+
+def _held_devices(verdict: Allocation) -> tuple[AllocationResult, ...] | None:
+    """What a hold needs of a remembered verdict: per claim, the devices it takes, when taking a
+    device is all there is to it (no admin access, no device that is shared between claims, whose
+    shares and consumed capacity only a full allocation knows). None otherwise."""
+    ids = verdict.picked_ids
+    if sum(map(len, ids)) != len(verdict.consumed_devices):
+        return None  # admin access: the device is not taken
+    if any(device.allow_multiple_allocations for claim in verdict.picked for device in claim):
+        return None
+    return tuple(
+        AllocationResult(
+            devices=tuple(DeviceResult(request="", driver=d.driver, pool=d.pool, device=d.device) for d in claim)
+        )
+        for claim in ids
+    )
 
 
 def _one_best(scores: list[int], codes: Sequence[int | None]) -> int | None:

@@ -17,6 +17,7 @@ Synchronous and single-threaded (one asyncio loop); no I/O.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -213,6 +214,14 @@ class ObjectStore:
         spec_key = _spec_key(raw) if kind == "ResourceClaim" else None
         # A claim's spec is immutable: a status update need not decode it again.
         same = self.claims.get(key) if spec_key is not None and self.claim_specs.get(key) == spec_key else None
+        if same is not None and self._metadata_only(key, raw):
+            # e.g. bind's finalizer write: nothing the allocator reads changed but the version
+            self.revision += 1
+            self.claims[key] = dataclasses.replace(same, resource_version=raw["metadata"]["resourceVersion"])
+            self.raw_claims[key] = raw
+            for listener in self.claim_listeners:
+                listener(kind, key)
+            return
         obj = decode_object(raw, same_spec_as=same)  # raises before anything changes
         self.revision += 1
         if isinstance(obj, DeviceClass):
@@ -245,6 +254,20 @@ class ObjectStore:
             self.nodes[key] = obj
             if old_node is None or old_node.labels != obj.labels:
                 self.fits.drop_nodes((key,))
+
+    def _metadata_only(self, key: str, raw: dict[str, Any]) -> bool:
+        """Whether a claim update changes only metadata the model does not keep (finalizers,
+        labels, annotations, ...) besides ``resourceVersion``: same status, UID and deletion."""
+        old = self.raw_claims.get(key)
+        if old is None or raw.get("status") != old.get("status"):
+            return False
+        meta, old_meta = raw.get("metadata"), old.get("metadata") or {}
+        return (
+            isinstance(meta, dict)
+            and isinstance(meta.get("resourceVersion"), str)
+            and meta.get("uid") == old_meta.get("uid")
+            and meta.get("deletionTimestamp") == old_meta.get("deletionTimestamp")
+        )
 
     def delete(self, kind: str, namespace: str | None, name: str) -> None:
         """Forget one object; unknown objects are ignored (a watch may repeat a DELETED event)."""

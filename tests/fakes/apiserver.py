@@ -79,6 +79,7 @@ class RequestRecord:
     query: dict[str, str]
     body: Any = None
     status: int | None = None
+    user_agent: str = ""
 
     @property
     def is_watch(self) -> bool:
@@ -353,7 +354,9 @@ class FakeApiServer:
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
-        record = RequestRecord(request.method, request.path, dict(request.query))
+        record = RequestRecord(
+            request.method, request.path, dict(request.query), user_agent=request.headers.get("User-Agent", "")
+        )
         if raw:
             try:
                 record.body = orjson.loads(raw)

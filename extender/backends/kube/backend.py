@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import structlog
 
 from extender.core.errors import ExtenderError, ObjectNotFound
@@ -310,7 +311,8 @@ class KubeBackend:
             exc.claim = exc.claim or f"{namespace}/{name}"
             raise
         stored.setdefault("kind", "ResourceClaim")
-        self.feeder.written(stored)
+        # The store keeps the object it is given; the caller gets a copy of its own to change.
+        self.feeder.written(orjson.loads(orjson.dumps(stored)))
         return stored
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:

@@ -144,6 +144,21 @@ async def test_full_bind_writes_finalizer_then_status_then_binding(fake: FakeApi
     assert_consistent(fake)
 
 
+async def test_the_cache_never_shows_an_allocation_before_it_is_written(fake: FakeApiServer, stack: Any) -> None:
+    backend, service = await stack(*m.cluster(m.claim("c1"), m.pod("p1", "c1")))
+    fake.delay("PUT", r"/resourceclaims/c1/status$", 0.3, times=1)
+    bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
+    await until(lambda: bool(fake.requests_to("PUT", r"/resourceclaims/c1/status$")))
+    # the finalizer's answer is in the store, and it is the API's object, not the bind's draft
+    raw = backend.store.raw_claims["default/c1"]
+    assert raw["metadata"]["finalizers"] == [DELETE_PROTECTION_FINALIZER]
+    assert not (raw.get("status") or {}).get("allocation")
+    assert not (service.debug_claim("default", "c1") or {}).get("status", {}).get("allocation")
+    await bind
+    assert backend.store.raw_claims["default/c1"]["status"]["allocation"]
+    assert_consistent(fake)
+
+
 async def test_a_conflict_storm_is_retried(fake: FakeApiServer, stack: Any) -> None:
     _, service = await stack(*m.cluster(m.claim("c1"), m.pod("p1", "c1")))
     fake.conflicts(r"/resourceclaims/c1/status$", times=3)
