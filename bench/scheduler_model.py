@@ -37,6 +37,7 @@ import contextlib
 import heapq
 import itertools
 import math
+import operator
 import random
 import re
 import time
@@ -61,6 +62,7 @@ __all__ = [
 
 #: kube-scheduler's MaxNodeScore / MaxExtenderPriority.
 EXTENDER_SCALE = 10
+_SCORE = operator.itemgetter("Score")
 
 
 class Extender(Protocol):
@@ -392,12 +394,10 @@ class SchedulerModel:
             self._assume_and_bind(pod, obj, survivors[0])
             return True
         scores = await self.extender.prioritize(obj, survivors)
-        ranked = self._rank(survivors, scores)
+        ranked, followed = self._rank(survivors, scores)
         self.report.prioritized += 1
+        self.report.followed_extender += followed
         chosen = ranked[0]
-        best_ext = max((int(s["Score"]) for s in scores), default=0)
-        if any(s["Host"] == chosen and int(s["Score"]) == best_ext for s in scores):
-            self.report.followed_extender += 1
         if self.settings.batching:
             self._batch = (pod.signature, ranked[1:])
         self._assume_and_bind(pod, obj, chosen)
@@ -417,29 +417,39 @@ class SchedulerModel:
             return 0
         return 75 if self._pods_on.get(node) else 74
 
-    def _rank(self, survivors: Sequence[str], scores: Sequence[dict[str, Any]]) -> list[str]:
+    def _rank(self, survivors: Sequence[str], scores: Sequence[dict[str, Any]]) -> tuple[list[str], bool]:
         """The chosen node first (the highest total, ties settled by the tie-break), then, with
-        batching only, the rest by total. The in-tree model spans one point, so only nodes within
-        one point of the best extender score are looked at closely (this runs in Python on the
-        serial cycle, where kube-scheduler spends microseconds)."""
+        batching only, the rest by total; and whether the chosen node has the best extender score.
+        The in-tree model spans one point, so only nodes within one point of the best extender
+        score are looked at closely (this runs in Python on the serial cycle, where kube-scheduler
+        spends microseconds: C-level max and filters first)."""
         scale = self.settings.extender_weight * EXTENDER_SCALE
         spread = 0 if self.settings.in_tree == "none" else 1
-        extender = {s["Host"]: int(s["Score"]) * scale for s in scores}
-        best = max(extender.values(), default=0)
-        close = [n for n in survivors if extender.get(n, 0) + spread >= best]
-        totals = {n: self._in_tree(n) + extender.get(n, 0) for n in close}
-        top = max(totals.values())
-        tied = [n for n in close if totals[n] == top]
-        if len(tied) == 1:
-            first = tied[0]
-        elif self.settings.tie_break == "worst" and any(n in self._chosen_at for n in tied):
-            first = max(tied, key=lambda n: self._chosen_at.get(n, -1))
+        best = max(scores, key=_SCORE)["Score"] if scores else 0
+        if scores and spread < scale and best > 0:  # (unscored survivors count 0: they tie a best of 0)
+            close = [s["Host"] for s in scores if s["Score"] == best]
         else:
-            first = self._rng.choice(tied)
+            close = list(survivors)
+        extender = {s["Host"]: s["Score"] * scale for s in scores} if len(close) > 1 or not close else {}
+        if len(close) == 1:
+            first = close[0]
+        else:
+            totals = {n: self._in_tree(n) + extender.get(n, 0) for n in close}
+            top = max(totals.values())
+            tied = [n for n in close if totals[n] == top]
+            if len(tied) == 1:
+                first = tied[0]
+            elif self.settings.tie_break == "worst" and any(n in self._chosen_at for n in tied):
+                first = max(tied, key=lambda n: self._chosen_at.get(n, -1))
+            else:
+                first = self._rng.choice(tied)
+        followed = any(s["Host"] == first and s["Score"] == best for s in scores) if scores else True
         if not self.settings.batching:
-            return [first]
+            return [first], followed
+        if not extender:
+            extender = {s["Host"]: s["Score"] * scale for s in scores}
         rest = sorted((n for n in survivors if n != first), key=lambda n: -(self._in_tree(n) + extender.get(n, 0)))
-        return [first, *rest]
+        return [first, *rest], followed
 
     def _assume_and_bind(self, pod: _Pod, obj: dict[str, Any], node: str) -> None:
         self._pods_on[node] = self._pods_on.get(node, 0) + 1
