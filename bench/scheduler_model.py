@@ -37,7 +37,6 @@ import contextlib
 import heapq
 import itertools
 import math
-import operator
 import random
 import re
 import time
@@ -56,13 +55,13 @@ __all__ = [
     "ModelReport",
     "ModelSettings",
     "SchedulerModel",
+    "Scores",
     "failure_cause",
     "percentile",
 ]
 
 #: kube-scheduler's MaxNodeScore / MaxExtenderPriority.
 EXTENDER_SCALE = 10
-_SCORE = operator.itemgetter("Score")
 
 
 class Extender(Protocol):
@@ -70,9 +69,65 @@ class Extender(Protocol):
 
     async def filter(self, pod: dict[str, Any], nodes: Sequence[str]) -> dict[str, Any]: ...
 
-    async def prioritize(self, pod: dict[str, Any], nodes: Sequence[str]) -> list[dict[str, Any]]: ...
+    async def prioritize(self, pod: dict[str, Any], nodes: Sequence[str]) -> Scores: ...
 
     async def bind(self, pod: dict[str, Any], node: str) -> dict[str, Any]: ...
+
+
+class Scores:
+    """A prioritize answer (``[{"Host": ..., "Score": ...}, ...]``), read as far as the model needs.
+
+    kube-scheduler decodes the answer into Go structs at a small cost; decoding thousands of
+    entries into Python dicts on the serial cycle would make the model, not the extender, the
+    bottleneck at 5000 nodes. ``best()`` finds the best score and its hosts with byte searches in
+    the compact layout orjson writes (the extender's), and decodes the whole answer only when the
+    bytes are laid out otherwise; ``all()`` decodes everything."""
+
+    __slots__ = ("_all", "raw")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self._all: dict[str, int] | None = None
+
+    @classmethod
+    def of(cls, entries: Sequence[dict[str, Any]]) -> Scores:
+        return cls(orjson.dumps(list(entries)))
+
+    def all(self) -> dict[str, int]:
+        if self._all is None:
+            decoded = orjson.loads(self.raw)
+            if not isinstance(decoded, list):
+                raise ValueError(f"prioritize answered {type(decoded).__name__}, not a list")
+            self._all = {str(e["Host"]): int(e["Score"]) for e in decoded}
+        return self._all
+
+    def best(self) -> tuple[int, list[str]]:
+        """(the best score, the hosts that have it, in answer order); (0, []) for no entries."""
+        raw = self.raw
+        if raw.startswith(b'[{"Host":"') and raw.endswith(b"}]"):
+            for score in range(10, -1, -1):
+                needle = b'"Score":%d}' % score
+                at = raw.find(needle)
+                if at < 0:
+                    continue
+                hosts = []
+                while at >= 0:
+                    start = raw.rfind(b'{"Host":"', 0, at)
+                    if start < 0 or raw[at - 2 : at] != b'",':
+                        break  # not the layout this reads: decode it all
+                    hosts.append(raw[start + 9 : at - 2].decode())
+                    at = raw.find(needle, at + len(needle))
+                else:
+                    return score, hosts
+                break
+        everything = self.all()
+        if not everything:
+            return 0, []
+        top = max(everything.values())
+        return top, [host for host, score in everything.items() if score == top]
+
+    def __len__(self) -> int:
+        return len(self.all())
 
 
 class HttpExtender:
@@ -80,34 +135,37 @@ class HttpExtender:
 
     def __init__(self, http: LeanClient) -> None:
         self.http = http
-        # Every full filter names the same list of every node: encoded once (the list object is the
-        # key), as a Go client's cost per request is far below this one's.
+        # Every full filter names the same list of every node (the first list of several nodes
+        # this client sends): encoded once, as a Go client's cost per request is far below ours.
         self._encoded: tuple[Sequence[str], bytes] | None = None
         self.latencies: dict[str, list[float]] = {"filter": [], "prioritize": [], "bind": []}
 
-    async def _post(self, verb: str, body: bytes) -> Any:
+    async def _exchange(self, verb: str, body: bytes) -> bytes:
         start = time.perf_counter()
         status, raw = await self.http.post(f"/{verb}", body)
         self.latencies[verb].append((time.perf_counter() - start) * 1000)
         if status != 200:
             raise RuntimeError(f"{verb}: HTTP {status}: {raw[:200]!r}")
-        return orjson.loads(raw)
+        return raw
+
+    async def _post(self, verb: str, body: bytes) -> Any:
+        return orjson.loads(await self._exchange(verb, body))
+
+    def _body(self, pod: dict[str, Any], nodes: Sequence[str]) -> bytes:
+        """The request; the list of every node is encoded once (also when a filter's answer
+        passes every node: prioritize then names them all again)."""
+        if self._encoded is None and len(nodes) > 1:
+            self._encoded = (nodes, b',"Nodes":null,"NodeNames":' + orjson.dumps(list(nodes)) + b"}")
+        if self._encoded is not None and (self._encoded[0] is nodes or self._encoded[0] == nodes):
+            return b'{"Pod":' + orjson.dumps(pod) + self._encoded[1]
+        return orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": list(nodes)})
 
     async def filter(self, pod: dict[str, Any], nodes: Sequence[str]) -> dict[str, Any]:
-        if len(nodes) > 1:
-            if self._encoded is None or self._encoded[0] is not nodes:
-                self._encoded = (nodes, b',"Nodes":null,"NodeNames":' + orjson.dumps(list(nodes)) + b"}")
-            body = b'{"Pod":' + orjson.dumps(pod) + self._encoded[1]
-        else:
-            body = orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": list(nodes)})
-        answer: dict[str, Any] = await self._post("filter", body)
+        answer: dict[str, Any] = await self._post("filter", self._body(pod, nodes))
         return answer
 
-    async def prioritize(self, pod: dict[str, Any], nodes: Sequence[str]) -> list[dict[str, Any]]:
-        answer: list[dict[str, Any]] = await self._post(
-            "prioritize", orjson.dumps({"Pod": pod, "Nodes": None, "NodeNames": list(nodes)})
-        )
-        return answer
+    async def prioritize(self, pod: dict[str, Any], nodes: Sequence[str]) -> Scores:
+        return Scores(await self._exchange("prioritize", self._body(pod, nodes)))
 
     async def bind(self, pod: dict[str, Any], node: str) -> dict[str, Any]:
         meta = pod["metadata"]
@@ -417,24 +475,22 @@ class SchedulerModel:
             return 0
         return 75 if self._pods_on.get(node) else 74
 
-    def _rank(self, survivors: Sequence[str], scores: Sequence[dict[str, Any]]) -> tuple[list[str], bool]:
+    def _rank(self, survivors: Sequence[str], scores: Scores) -> tuple[list[str], bool]:
         """The chosen node first (the highest total, ties settled by the tie-break), then, with
         batching only, the rest by total; and whether the chosen node has the best extender score.
-        The in-tree model spans one point, so only nodes within one point of the best extender
-        score are looked at closely (this runs in Python on the serial cycle, where kube-scheduler
-        spends microseconds: C-level max and filters first)."""
+        The in-tree model spans one point, less than one extender point (``weight x 10``), so
+        only the nodes with the best extender score can win (this runs on the serial cycle, where
+        kube-scheduler spends microseconds: no Python-level work per node on the common path)."""
         scale = self.settings.extender_weight * EXTENDER_SCALE
         spread = 0 if self.settings.in_tree == "none" else 1
-        best = max(scores, key=_SCORE)["Score"] if scores else 0
-        if scores and spread < scale and best > 0:  # (unscored survivors count 0: they tie a best of 0)
-            close = [s["Host"] for s in scores if s["Score"] == best]
-        else:
+        best, close = scores.best()
+        if best == 0 or spread >= scale:  # unscored survivors count 0; or in-tree could outweigh
             close = list(survivors)
-        extender = {s["Host"]: s["Score"] * scale for s in scores} if len(close) > 1 or not close else {}
         if len(close) == 1:
             first = close[0]
         else:
-            totals = {n: self._in_tree(n) + extender.get(n, 0) for n in close}
+            extender = scores.all()
+            totals = {n: self._in_tree(n) + extender.get(n, 0) * scale for n in close}
             top = max(totals.values())
             tied = [n for n in close if totals[n] == top]
             if len(tied) == 1:
@@ -443,12 +499,13 @@ class SchedulerModel:
                 first = max(tied, key=lambda n: self._chosen_at.get(n, -1))
             else:
                 first = self._rng.choice(tied)
-        followed = any(s["Host"] == first and s["Score"] == best for s in scores) if scores else True
+        followed = scores.all().get(first, 0) == best if len(close) > 1 else True
         if not self.settings.batching:
             return [first], followed
-        if not extender:
-            extender = {s["Host"]: s["Score"] * scale for s in scores}
-        rest = sorted((n for n in survivors if n != first), key=lambda n: -(self._in_tree(n) + extender.get(n, 0)))
+        extender = scores.all()
+        rest = sorted(
+            (n for n in survivors if n != first), key=lambda n: -(self._in_tree(n) + extender.get(n, 0) * scale)
+        )
         return [first, *rest], followed
 
     def _assume_and_bind(self, pod: _Pod, obj: dict[str, Any], node: str) -> None:
