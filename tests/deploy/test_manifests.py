@@ -271,6 +271,8 @@ REQUIRED = {
     ("resource.k8s.io", "resourceslices", "watch"),
     ("resource.k8s.io", "deviceclasses", "get"), ("resource.k8s.io", "deviceclasses", "list"),
     ("resource.k8s.io", "deviceclasses", "watch"),
+    ("resource.k8s.io", "resourceclaimtemplates", "get"), ("resource.k8s.io", "resourceclaimtemplates", "list"),
+    ("resource.k8s.io", "resourceclaimtemplates", "watch"),
 }  # fmt: skip
 
 KUBE_BACKEND = ROOT / "extender" / "backends" / "kube"

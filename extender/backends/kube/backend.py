@@ -1,8 +1,8 @@
 """``KubeBackend``: the ``Backend`` protocol against a real API server.
 
-Reads: five reflectors (``reflector.py``) keep ``store`` filled — ResourceSlices, ResourceClaims
-and DeviceClasses in the served resource.k8s.io version (``discovery.py``), Pods and Nodes in
-core/v1. All pods are watched (minus terminated ones, by field selector): the service reads pods
+Reads: six reflectors (``reflector.py``) keep ``store`` filled — ResourceSlices, ResourceClaims,
+ResourceClaimTemplates and DeviceClasses in the served resource.k8s.io version (``discovery.py``),
+Pods and Nodes in core/v1. All pods are watched (minus terminated ones, by field selector): the service reads pods
 by name at filter time and from the pods' ``status.resourceClaimStatuses``; narrowing further
 (pods with claims only) needs a server-side filter Kubernetes does not offer. ``synced`` is true
 once every reflector has listed and none has failed; after the first full sync the objects are
@@ -217,6 +217,8 @@ class KubeBackend:
             Resource("DeviceClass", self.api_version, "deviceclasses"),
             Resource("ResourceSlice", self.api_version, "resourceslices"),
             Resource("ResourceClaim", self.api_version, "resourceclaims"),
+            # A pod's template claims are filtered from the template until the controller has made them.
+            Resource("ResourceClaimTemplate", self.api_version, "resourceclaimtemplates"),
             Resource("Node", "v1", "nodes"),
             Resource("Pod", "v1", "pods", field_selector=self.settings.pod_field_selector),
         ]
