@@ -320,12 +320,21 @@ def _stop_process(process: subprocess.Popen[bytes]) -> None:
 PYSPY_ENV = "BENCH_PYSPY"
 
 
+#: Set to another checkout of the repository, the extender subprocess runs that code (the
+#: "before" side of a side-by-side run; the model and the fake stay this checkout's).
+ROOT_ENV = "BENCH_EXTENDER_ROOT"
+
+
 def _spawn(command: list[str]) -> tuple[subprocess.Popen[bytes], Callable[[], float] | None]:
     profile = os.environ.get(PYSPY_ENV)
     if profile:
         fmt = "raw" if profile.endswith(".txt") else "flamegraph"  # raw: collapsed stacks, one per line
         command = ["py-spy", "record", "--rate", "200", "-f", fmt, "-o", profile, "--", *command]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root = os.environ.get(ROOT_ENV)
+    env = {**os.environ, "PYTHONPATH": root} if root else None
+    process = subprocess.Popen(
+        command, cwd=root or ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     return process, None if profile else (lambda: cpu_seconds(process.pid))
 
 
