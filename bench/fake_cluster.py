@@ -39,7 +39,7 @@ async def serve(args: argparse.Namespace) -> None:
         document = orjson.loads(fh.read())
     objects: list[dict[str, Any]] = document["items"] if document.get("kind") == "List" else [document]
     async with FakeApiServer.running(bookmark_interval=None, rng=random.Random(args.seed)) as fake:
-        seed_fake(fake, objects)
+        seed_fake(fake, objects, pods=not args.no_pods)
         del objects, document
         controller = ClaimController(fake, delay=args.controller_delay, rate=args.controller_rate, seed=args.seed)
         controller.start()
@@ -87,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--controller-delay", type=float, default=0.02)
     parser.add_argument("--controller-rate", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-pods", action="store_true", help="leave the pods for the model to create")
     args = parser.parse_args(argv)
     from extender.server.eventloop import new_event_loop
 

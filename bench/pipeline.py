@@ -70,6 +70,7 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parents[1]
 Backend = Literal["kube", "embedded"]
+_JSON = {"Content-Type": "application/json"}
 #: The User-Agent of the model's own pod watch, which the request counts leave out.
 MODEL_AGENT = "bench-scheduler-model"
 #: Targets of issue 11 (kube backend, 5 ms API latency, 16 binds in flight).
@@ -267,6 +268,8 @@ class Stack:
     service: Any = None
     fake: Any = None
     controller: ClaimController | None = None
+    #: creates a pod in the cluster (the model's arrivals); None where pods exist from the start
+    create_pod: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None
 
 
 def _split(objects: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
@@ -399,9 +402,12 @@ async def embedded_stack(
             _stop_process(process)
 
 
-def seed_fake(fake: Any, objects: list[dict[str, Any]]) -> None:
-    """Put the generated cluster into the fake API server (its namespaces exist already)."""
+def seed_fake(fake: Any, objects: list[dict[str, Any]], *, pods: bool = True) -> None:
+    """Put the generated cluster into the fake API server (its namespaces exist already); without
+    ``pods`` the pods are left for the model to create during the run."""
     for obj in objects:
+        if obj["kind"] == "Pod" and not pods:
+            continue
         if obj["kind"] != "Namespace" or fake.get_object("Namespace", None, obj["metadata"]["name"]) is None:
             fake.put_object(obj)
 
@@ -462,8 +468,10 @@ async def kube_stack(
     service_options: dict[str, Any] | None = None,
     extender_args: Sequence[str] = (),
     seed: int = 0,
+    seed_pods: bool = True,
 ) -> AsyncIterator[Stack]:
-    """The fake API server holding ``objects`` (every request but watches waits ``latency`` s), the
+    """The fake API server holding ``objects`` (the pods only with ``seed_pods``: else the model
+    creates them, ``Stack.create_pod``) (every request but watches waits ``latency`` s), the
     claim controller, and the extender's kube backend on it: in this process or as
     ``dra-extender serve --kubeconfig``. With ``fake_process`` the fake and the controller run in
     a process of their own (``bench/fake_cluster.py``) and the model learns of pod changes through
@@ -479,6 +487,7 @@ async def kube_stack(
             service_options=service_options,
             extender_args=extender_args,
             seed=seed,
+            seed_pods=seed_pods,
         ) as stack:
             yield stack
         return
@@ -486,7 +495,7 @@ async def kube_stack(
 
     nodes, pods = _split(objects)
     async with FakeApiServer.running(bookmark_interval=None, rng=random.Random(seed)) as fake:
-        seed_fake(fake, objects)
+        seed_fake(fake, objects, pods=seed_pods)
         controller = ClaimController(fake, delay=controller_delay, rate=controller_rate, seed=seed)
         controller.start()
         controller.enqueue_existing()
@@ -513,6 +522,10 @@ async def kube_stack(
             fake.storage.subscribe(listener)
             return lambda: fake.storage.unsubscribe(listener)
 
+        async def create_pod(pod: dict[str, Any]) -> dict[str, Any]:
+            created: dict[str, Any] = fake.put_object(pod)
+            return created
+
         try:
             async with _kube_extender(
                 fake.url,
@@ -533,6 +546,7 @@ async def kube_stack(
                     service=service,
                     fake=fake,
                     controller=controller,
+                    create_pod=create_pod,
                 )
         finally:
             await controller.stop()
@@ -550,6 +564,7 @@ async def _fake_process_stack(
     service_options: dict[str, Any] | None,
     extender_args: Sequence[str],
     seed: int,
+    seed_pods: bool,
 ) -> AsyncIterator[Stack]:
     import aiohttp
 
@@ -559,6 +574,8 @@ async def _fake_process_stack(
         cluster_gen.write(objects, path)
         command = [sys.executable, "-m", "bench.fake_cluster", "--cluster", str(path), "--latency", str(latency)]
         command += ["--controller-delay", str(controller_delay), "--seed", str(seed)]
+        if not seed_pods:
+            command.append("--no-pods")
         if controller_rate:
             command += ["--controller-rate", str(controller_rate)]
         fake = await asyncio.create_subprocess_exec(*command, cwd=ROOT, stdout=asyncio.subprocess.PIPE)
@@ -583,6 +600,15 @@ async def _fake_process_stack(
                     task = asyncio.create_task(_watch_pods(session, url, wake))
                     return task.cancel
 
+                async def create_pod(pod: dict[str, Any]) -> dict[str, Any]:
+                    namespace = pod["metadata"].get("namespace") or "default"
+                    path = f"{url}/api/v1/namespaces/{namespace}/pods"
+                    async with session.post(path, data=orjson.dumps(pod), headers=_JSON) as response:
+                        if response.status != 201:
+                            raise RuntimeError(f"creating a pod: HTTP {response.status}: {await response.text()}")
+                        created: dict[str, Any] = orjson.loads(await response.read())
+                        return created
+
                 async with _kube_extender(
                     url,
                     in_process=in_process,
@@ -598,6 +624,7 @@ async def _fake_process_stack(
                         api_requests=api_requests,
                         server_cpu=server_cpu,
                         fake_cpu=lambda: cpu_seconds(fake.pid),
+                        create_pod=create_pod,
                         service=service,
                     )
                     mark[0] = (await get("/mark"))["mark"]
@@ -660,6 +687,8 @@ class RunResult:
     fake_cpu_ms_per_pod: float | None = None
     api_requests_per_pod: dict[str, float] = field(default_factory=dict)
     api_requests_per_pod_total: float = 0.0
+    #: the extender's own counters at the end (holds by outcome, their mean age, claim waits)
+    extender: dict[str, float] = field(default_factory=dict)
 
 
 async def run_model(
@@ -668,7 +697,15 @@ async def run_model(
     """One model run against ``stack``: the report, the client (its latencies) and CPU figures."""
     async with LeanClient("127.0.0.1", stack.port, connections or settings.binds_in_flight + 4) as http:
         extender = HttpExtender(http)
-        model = SchedulerModel(extender, stack.nodes, stack.pods, settings, current=stack.current, signature=signature)
+        model = SchedulerModel(
+            extender,
+            stack.nodes,
+            stack.pods,
+            settings,
+            current=stack.current,
+            signature=signature,
+            create=stack.create_pod,
+        )
         unsubscribe = stack.subscribe(model.wake)
         stack.mark_requests()
         server0 = stack.server_cpu() if stack.server_cpu is not None else 0.0
@@ -711,6 +748,7 @@ async def measure(
             scoring=scoring,
             extender_args=extender_args,
             seed=workload.seed,
+            seed_pods=settings.arrival_rate <= 0,
         )
         if backend == "kube"
         else embedded_stack(objects, in_process=in_process, scoring=scoring, extender_args=extender_args)
@@ -719,6 +757,7 @@ async def measure(
     async with stack_cm as stack:
         report, client, cpu = await run_model(stack, settings)
         requests = await stack.api_requests()
+        counters = await extender_counters(stack.port)
     bound = max(1, report.bound)
     result = RunResult(
         backend=backend,
@@ -741,7 +780,40 @@ async def measure(
         result.fake_cpu_ms_per_pod = 1000 * cpu["fake"] / bound
     result.api_requests_per_pod = {verb: round(n / bound, 3) for verb, n in sorted(requests.items())}
     result.api_requests_per_pod_total = round(sum(requests.values()) / bound, 3)
+    result.extender = counters
     return result
+
+
+#: The extender's counters a run reports (``/metrics``; absent in code from before they existed).
+_COUNTERS = {
+    'dra_extender_holds_total{outcome="placed"}': "holds placed",
+    'dra_extender_holds_total{outcome="kept"}': "holds kept",
+    'dra_extender_holds_total{outcome="moved"}': "holds moved",
+    'dra_extender_holds_total{outcome="dropped"}': "holds dropped",
+    'dra_extender_holds_total{outcome="expired"}': "holds expired",
+    "dra_extender_hold_age_seconds_total": "hold age s",
+    "dra_extender_hold_age_max_seconds": "max hold age s",
+    "dra_extender_holds_settled_total": "holds settled",
+    "dra_extender_bind_claim_waits_total": "claim waits",
+    "dra_extender_bind_claim_wait_seconds_total": "claim wait s",
+}
+
+
+async def extender_counters(port: int) -> dict[str, float]:
+    async with LeanClient("127.0.0.1", port, 1) as http:
+        status, body = await http.get("/metrics")
+    out: dict[str, float] = {}
+    if status != 200:
+        return out
+    for line in body.decode().splitlines():
+        name, _, value = line.rpartition(" ")
+        if name in _COUNTERS:
+            out[_COUNTERS[name]] = float(value)
+    if out.get("holds settled"):
+        out["mean hold age ms"] = round(1000 * out["hold age s"] / out["holds settled"], 3)
+    if out.get("claim waits"):
+        out["mean claim wait ms"] = round(1000 * out["claim wait s"] / out["claim waits"], 3)
+    return out
 
 
 # --- output ---------------------------------------------------------------------------------------------------
@@ -871,6 +943,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--weight", type=int, default=5, help="the extender's weight (default 5)")
     parser.add_argument("--batching", action="store_true", help="OpportunisticBatching hints")
     parser.add_argument("--cycle-seconds", type=float, default=0.0, help="in-tree work per cycle, s")
+    parser.add_argument(
+        "--arrival-rate", type=float, default=0.0, help="pods created per second during the run (default: all at start)"
+    )
     parser.add_argument("--scoring", default=None, help="the extender's --scoring (default: its own default)")
     parser.add_argument("--extender-arg", action="append", default=[], help="more dra-extender serve flags")
     parser.add_argument("--in-process", action="store_true", help="run the extender in this process")
@@ -899,6 +974,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         in_tree=args.in_tree,
         batching=args.batching,
         cycle_seconds=args.cycle_seconds,
+        arrival_rate=args.arrival_rate,
         time_limit=args.time_limit,
         seed=args.seed,
     )
@@ -906,7 +982,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     results: list[RunResult] = []
     combinations = itertools.product(sizes, args.backends, args.claims, args.shapes, range(args.repeat))
     for nodes, backend, claims, shape, run in combinations:
-        workload = Workload(nodes=nodes, devices=devices, pods=pods, claims=claims, shape=shape, seed=args.seed + run)
+        # at most four fifths of what fits, so that every pod fits wherever the earlier ones went
+        fitting = nodes * (devices if shape == "one-gpu" else 2 * (devices // 4))
+        count = max(1, min(pods, fitting * 4 // 5))
+        workload = Workload(nodes=nodes, devices=devices, pods=count, claims=claims, shape=shape, seed=args.seed + run)
         # uvloop where installed, as the server runs: the model stands in for a Go scheduler,
         # whose cost per request is far below this process's
         with asyncio.Runner(loop_factory=lambda: new_event_loop("auto")[0]) as runner:

@@ -41,7 +41,7 @@ import random
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -197,6 +197,9 @@ class ModelSettings:
     """What the binding cycle does before it calls the extender (PreBind plugins), slept."""
     max_attempts: int = 50
     """A pod still unbound after this many attempts is given up (reported, never hidden)."""
+    arrival_rate: float = 0.0
+    """Pods created per second during the run, in order (through the harness's ``create``; each
+    enters the queue when created, as the scheduler's informer sees it); 0: all exist at the start."""
     time_limit: float = 300.0
     seed: int = 0
 
@@ -309,7 +312,10 @@ class SchedulerModel:
         *,
         current: Callable[[str], dict[str, Any] | None] | None = None,
         signature: Callable[[dict[str, Any]], str] = lambda _pod: "",
+        create: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
     ) -> None:
+        """``create(pod)`` creates a pod in the cluster when ``arrival_rate`` is set and returns it
+        as created (the API server gives it its UID)."""
         self.extender = extender
         self.nodes = list(nodes)
         self.settings = settings
@@ -323,7 +329,10 @@ class SchedulerModel:
             nominated = (obj.get("status") or {}).get("nominatedNodeName")
             self._pods[key] = _Pod(key, obj, self._start, nominated=nominated, signature=signature(obj))
         self.report = ModelReport(pods=len(self._pods))
-        self._active: deque[str] = deque(self._pods)
+        self._create = create
+        arriving = settings.arrival_rate > 0
+        self._arrivals: deque[str] = deque(self._pods) if arriving else deque()
+        self._active: deque[str] = deque() if arriving else deque(self._pods)
         # (ready time, order, pod key): pods that failed with an error, and rejected pods
         self._error_backoff: list[tuple[float, int, str]] = []
         self._rejected_backoff: list[tuple[float, int, str]] = []
@@ -360,11 +369,16 @@ class SchedulerModel:
     # --- the loop -----------------------------------------------------------------------------------
 
     async def run(self) -> ModelReport:
+        self._start = time.perf_counter()
+        for pod in self._pods.values():
+            pod.created = self._start
         deadline = self._start + self.settings.time_limit
+        creator = asyncio.create_task(self._arrive()) if self._arrivals else None
         while time.perf_counter() <= deadline:
             key = self._pop()
             if key is None:
-                if not self._binding and not self._error_backoff and not self._rejected_backoff:
+                idle = not self._binding and not self._error_backoff and not self._rejected_backoff
+                if idle and (creator is None or creator.done()):
                     break  # only parked pods (or none) are left, and nothing will wake them
                 await self._idle(deadline)
                 continue
@@ -376,6 +390,9 @@ class SchedulerModel:
                 raise
             if not started:
                 self._slots.release()
+        if creator is not None:
+            creator.cancel()
+            await asyncio.gather(creator, return_exceptions=True)
         for task in list(self._binding):
             task.cancel()
         if self._binding:
@@ -383,10 +400,42 @@ class SchedulerModel:
         end = max(self._bound_at) if self._bound_at else time.perf_counter()
         self.report.elapsed_s = end - self._start
         self.report.given_up += (
-            len(self._parked) + len(self._active) + len(self._error_backoff) + len(self._rejected_backoff)
+            len(self._parked)
+            + len(self._active)
+            + len(self._error_backoff)
+            + len(self._rejected_backoff)
+            + len(self._arrivals)
         )
         self.report.pods_with_failed_attempt = sum(1 for p in self._pods.values() if p.failed)
         return self.report
+
+    async def _arrive(self) -> None:
+        """Create the pods at ``arrival_rate`` (creations overlap, as a controller's do), each
+        queued once created (its latency counts from then)."""
+        gap = 1.0 / self.settings.arrival_rate
+        due = time.perf_counter()
+        creating: set[asyncio.Task[None]] = set()
+        try:
+            while self._arrivals:
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                due += gap
+                task = asyncio.create_task(self._arrive_one(self._pods[self._arrivals.popleft()]))
+                creating.add(task)
+                task.add_done_callback(creating.discard)
+            if creating:
+                await asyncio.gather(*creating)
+        finally:
+            for task in creating:
+                task.cancel()
+
+    async def _arrive_one(self, pod: _Pod) -> None:
+        if self._create is not None:
+            pod.obj = await self._create(pod.obj)
+        pod.created = time.perf_counter()
+        self._active.append(pod.key)
+        self._wake.set()
 
     def _pop(self) -> str | None:
         if self._active:

@@ -168,6 +168,11 @@ class _StateCollector(Collector):
         )
         age.add_metric([], stats.hold_age_seconds)
         yield age
+        oldest = GaugeMetricFamily(
+            f"{NAMESPACE}_hold_age_max_seconds", "The longest a hold waited for its pod's bind so far."
+        )
+        oldest.add_metric([], stats.hold_age_max_seconds)
+        yield oldest
         settled = CounterMetricFamily(f"{NAMESPACE}_holds_settled", "Binds that found a hold of their pod.")
         settled.add_metric([], stats.holds_settled)
         yield settled

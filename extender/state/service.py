@@ -148,6 +148,7 @@ class ServiceStats:
     holds: dict[str, int] = field(default_factory=dict)
     #: seconds from a hold to its pod's bind, summed, and how many binds found a hold
     hold_age_seconds: float = 0.0
+    hold_age_max_seconds: float = 0.0
     holds_settled: int = 0
     #: binds that waited for the resourceclaim controller, and the seconds they waited
     claim_waits: int = 0
@@ -539,8 +540,10 @@ class SchedulingService:
             self.stats.count_hold("dropped")
             return
         self.stats.count_hold("kept" if any(e.node == bound_to for e in gone) else "moved")
+        age = self.ledger.age(gone[0])
         self.stats.holds_settled += 1
-        self.stats.hold_age_seconds += self.ledger.age(gone[0])
+        self.stats.hold_age_seconds += age
+        self.stats.hold_age_max_seconds = max(self.stats.hold_age_max_seconds, age)
 
     def _score_codes(
         self, verdicts: ShapeVerdicts, candidates: Candidates, attribute: str | None
