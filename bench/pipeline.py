@@ -955,6 +955,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     parser.add_argument("--plot", metavar="PATH", help="write a PNG of the curves (needs matplotlib)")
+    parser.add_argument("--from-json", metavar="PATH", help="no runs: print and plot the results of an earlier --json")
     return parser
 
 
@@ -978,6 +979,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         time_limit=args.time_limit,
         seed=args.seed,
     )
+    if args.from_json:
+        with open(args.from_json, encoding="utf-8") as fh:
+            document = json.load(fh)
+        print(document["header"])
+        return _report([RunResult(**r) for r in document["results"]], args)
     print(header(), flush=True)
     results: list[RunResult] = []
     combinations = itertools.product(sizes, args.backends, args.claims, args.shapes, range(args.repeat))
@@ -1012,6 +1018,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
+    return _report(results, args)
+
+
+def _report(results: list[RunResult], args: argparse.Namespace) -> int:
     print()
     print(table(results))
     print()

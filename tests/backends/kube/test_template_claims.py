@@ -1,0 +1,109 @@
+"""Template claims the resourceclaim controller has not created yet (docs/pipeline.md): filter and
+prioritize answer from the ResourceClaimTemplate, bind waits for the claim (and gives up with an
+Error, having written nothing), and a pod whose template is unknown still gets the Error."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from extender.backends.kube import KubeBackend
+from extender.core.errors import ClaimNotCreated
+from extender.state.service import SchedulingService
+from tests import manifests as m
+from tests.backends.kube.test_backend import assert_consistent, node_of, started, until
+from tests.fakes import FakeApiServer
+
+
+@pytest.fixture
+async def fake(aiohttp_server: Any) -> FakeApiServer:
+    server = FakeApiServer(bookmark_interval=None)
+    await server.serve_with(aiohttp_server)
+    return server
+
+
+def template_pod(name: str) -> dict[str, Any]:
+    return m.pod(name, templates=("gpu-template",))
+
+
+def play_the_controller(fake: FakeApiServer, pod_name: str) -> str:
+    """What kube-controller-manager does for the pod: the claim, then the pod's status."""
+    pod = fake.get_object("Pod", "default", pod_name)
+    assert pod is not None
+    claim = m.claim(f"{pod_name}-t0-abcde")
+    claim["spec"] = m.template("gpu-template")["spec"]["spec"]
+    claim["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod["metadata"]["uid"], "controller": True}
+    ]
+    fake.put_object(claim)
+    pod.setdefault("status", {})["resourceClaimStatuses"] = [
+        {"name": "t0", "resourceClaimName": claim["metadata"]["name"]}
+    ]
+    fake.put_object(pod)
+    return str(claim["metadata"]["name"])
+
+
+async def stack(fake: FakeApiServer, **options: Any) -> tuple[KubeBackend, SchedulingService]:
+    objects = m.cluster(m.template("gpu-template"), template_pod("p1"), template_pod("p2"), nodes=2, gpus=1)
+    backend = await started(fake, *objects)
+    return backend, SchedulingService(backend=backend, **options)
+
+
+async def test_filter_and_prioritize_answer_from_the_template(fake: FakeApiServer) -> None:
+    backend, service = await stack(fake)
+    try:
+        outcome = service.filter(template_pod("p1"), ["node-1", "node-2"])
+        assert outcome.error == "" and outcome.node_names == ["node-1", "node-2"]
+        assert dict(service.prioritize(template_pod("p1"), ["node-1", "node-2"])).keys() == {"node-1", "node-2"}
+        # the hold of p1 (a provisional claim) is seen by p2: node-1's one GPU is taken
+        assert service.filter(template_pod("p2"), ["node-1", "node-2"]).node_names == ["node-2"]
+    finally:
+        await backend.stop()
+
+
+async def test_bind_waits_for_the_controller_then_writes_the_real_claim(fake: FakeApiServer) -> None:
+    backend, service = await stack(fake)
+    try:
+        service.prioritize(template_pod("p1"), ["node-1", "node-2"])
+        bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
+        await asyncio.sleep(0.05)
+        assert not bind.done()  # waiting for the claim, and holding node-1's GPU meanwhile
+        assert service.filter(template_pod("p2"), ["node-1", "node-2"]).node_names == ["node-2"]
+        name = play_the_controller(fake, "p1")
+        await asyncio.wait_for(bind, 5)
+        claim = fake.get_object("ResourceClaim", "default", name, group="resource.k8s.io")
+        assert claim is not None
+        assert claim["status"]["allocation"]["devices"]["results"][0]["pool"] == "node-1"
+        assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "p1", "uid": "uid-p1"}]
+        assert node_of(fake, "p1") == "node-1"
+        assert service.stats.claim_waits == 1 and service.stats.claim_wait_seconds > 0
+        # p1's entries are gone (the claim holds its GPU); p2's hold from its filter is left
+        await until(lambda: all(e.pod_key != "default/p1" for e in service.ledger))
+        assert [(e.pod_key, e.node, e.tentative) for e in service.ledger] == [("default/p2", "node-2", True)]
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_bind_gives_up_waiting_and_writes_nothing(fake: FakeApiServer) -> None:
+    backend, service = await stack(fake, claim_wait_seconds=0.1)
+    try:
+        fake.clear_requests()
+        with pytest.raises(ClaimNotCreated, match='pod "default/p1": ResourceClaim not created yet'):
+            await service.bind("default", "p1", "uid-p1", "node-1")
+        assert len(service.ledger) == 0  # the provisional entry is gone: node-1 is free again
+        assert service.filter(template_pod("p2"), ["node-1"]).node_names == ["node-1"]
+        assert not [r for r in fake.requests if r.method != "GET"]
+    finally:
+        await backend.stop()
+
+
+async def test_an_unknown_template_is_still_an_error(fake: FakeApiServer) -> None:
+    backend, service = await stack(fake)
+    try:
+        outcome = service.filter(m.pod("p3", templates=("no-such-template",)), ["node-1", "node-2"])
+        assert outcome.error == 'pod "default/p3": ResourceClaim not created yet' and outcome.node_names == []
+    finally:
+        await backend.stop()
