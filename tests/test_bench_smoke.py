@@ -26,3 +26,28 @@ def test_quick_bench_prints_a_table(capsys: pytest.CaptureFixture[str], tmp_path
     # Filter rows carry the allocator's deterministic step counter; other rows have none.
     for row in document["rows"]:
         assert isinstance(row["search_steps"], int) == row["scenario"].startswith("filter ")
+
+
+def test_quick_pipeline_runs_the_three_processes(tmp_path: Path) -> None:
+    """``python -m bench.pipeline --quick``: the model, the fake API server and the extender, each
+    in its own process as the benchmark runs them, then its table from the JSON it wrote."""
+    import subprocess
+    import sys
+
+    out_file = tmp_path / "results.json"
+    root = Path(__file__).resolve().parents[1]
+    command = [sys.executable, "-m", "bench.pipeline", "--quick", "--backends", "kube,embedded"]
+    command += ["--json", str(out_file)]
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "| backend | nodes x devices |" in done.stdout
+    results = json.loads(out_file.read_text())["results"]
+    assert {(r["backend"], r["workload"]["nodes"]) for r in results} == {
+        (backend, nodes) for backend in ("kube", "embedded") for nodes in (20, 50)
+    }
+    for r in results:
+        assert r["report"]["bound"] == r["report"]["pods"] and r["report"]["failed_attempts"] == {}
+        assert r["server_cpu_ms_per_pod"] > 0
+        if r["backend"] == "kube":
+            assert r["api_requests_per_pod_total"] == 3.0 and r["fake_cpu_ms_per_pod"] > 0
+            assert r["extender"]["holds placed"] == r["report"]["pods"]
