@@ -39,7 +39,6 @@ import os
 import platform
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -53,8 +52,9 @@ from typing import Any, Literal
 import orjson
 
 from bench import cluster_gen
+from bench.common import cpu_seconds, free_port, percentile, positive_ints
 from bench.http_client import LeanClient
-from bench.scheduler_model import HttpExtender, ModelReport, ModelSettings, SchedulerModel, percentile
+from bench.scheduler_model import HttpExtender, ModelReport, ModelSettings, SchedulerModel
 from extender.server.eventloop import new_event_loop
 
 __all__ = [
@@ -110,23 +110,6 @@ def _pod_key(pod: dict[str, Any]) -> str:
 def signature(pod: dict[str, Any]) -> str:
     """What OpportunisticBatching would group pods by, here: the claim shape label."""
     return str(((pod.get("metadata") or {}).get("labels") or {}).get(cluster_gen.SHAPE_LABEL, ""))
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (/proc/PID/stat; 0.0 where there is no /proc)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # --- the resourceclaim controller ------------------------------------------------------------------------
@@ -905,16 +888,6 @@ def plot(results: Sequence[RunResult], path: str) -> bool:
 # --- command line ----------------------------------------------------------------------------------------
 
 
-def _ints(text: str) -> list[int]:
-    try:
-        values = [int(p) for p in text.split(",") if p.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text}: give numbers like 100,500") from exc
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"{text}: give positive numbers")
-    return values
-
-
 def _names(allowed: Sequence[str]) -> Callable[[str], list[str]]:
     def parse(text: str) -> list[str]:
         names = [p.strip() for p in text.split(",") if p.strip()]
@@ -928,7 +901,7 @@ def _names(allowed: Sequence[str]) -> Callable[[str], list[str]]:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.pipeline", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--sizes", type=_ints, default=[500], help="node counts (default 500)")
+    parser.add_argument("--sizes", type=positive_ints, default=[500], help="node counts (default 500)")
     parser.add_argument("--devices", type=int, default=10, help="GPUs per node (default 10)")
     parser.add_argument("--pods", type=int, default=1000, help="pods per run (default 1000)")
     parser.add_argument("--backends", type=_names(("kube", "embedded")), default=["kube"])

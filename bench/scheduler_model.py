@@ -47,6 +47,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
+from bench.common import percentile
 from bench.http_client import LeanClient
 
 __all__ = [
@@ -57,7 +58,6 @@ __all__ = [
     "SchedulerModel",
     "Scores",
     "failure_cause",
-    "percentile",
 ]
 
 #: kube-scheduler's MaxNodeScore / MaxExtenderPriority.
@@ -248,14 +248,6 @@ class ModelReport:
             "latency_p99_s": round(self.latency(99), 3),
             "elapsed_s": round(self.elapsed_s, 3),
         }
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[index]
 
 
 _QUOTED = re.compile(r'"[^"]*"')

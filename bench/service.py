@@ -39,7 +39,6 @@ import json
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -54,6 +53,7 @@ import aiohttp
 import orjson
 
 from bench import cluster_gen
+from bench.common import cpu_seconds, free_port, percentile, positive_ints
 from bench.http_client import LeanClient
 from extender.server.eventloop import EVENT_LOOPS, event_loop_name, new_event_loop
 
@@ -142,13 +142,6 @@ async def _freeze(_app: Any) -> None:
     gc.freeze()
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 def rss_mb(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) of a process in MB, from /proc; zeros where /proc is missing."""
     values = {"VmRSS": 0.0, "VmHWM": 0.0}
@@ -161,17 +154,6 @@ def rss_mb(pid: int) -> tuple[float, float]:
     except OSError:
         pass
     return values["VmRSS"], values["VmHWM"]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far, from /proc/PID/stat (0.0 where /proc is missing)."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
-            fields = fh.read().rpartition(")")[2].split()
-    except OSError:
-        return 0.0
-    # after the command name: state is field 3, utime and stime are fields 14 and 15 (1-based)
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -263,14 +245,6 @@ async def cold_start(
         stop(process)
         raise
     return time.perf_counter() - start, process
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[index]
 
 
 async def probe_latencies(
@@ -578,16 +552,6 @@ def plot(rows: Sequence[Row], path: str) -> bool:
 # --- command line -----------------------------------------------------------------------------------------------
 
 
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"{text}: give node counts like 100,500") from exc
-    if not sizes or any(s <= 0 for s in sizes):
-        raise argparse.ArgumentTypeError(f"{text}: give positive node counts")
-    return sizes
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.service", description=(__doc__ or "").split("\n\n")[0])
     sub = parser.add_subparsers(dest="command")
@@ -598,7 +562,7 @@ def _parser() -> argparse.ArgumentParser:
     srv.add_argument("--profile", help="write a cProfile of the whole server run here")
     srv.add_argument("--gc", choices=("default", "freeze"), default="default")
     srv.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto")
-    parser.add_argument("--sizes", type=_sizes, help="node counts (default 100,500,1000,5000)")
+    parser.add_argument("--sizes", type=positive_ints, help="node counts (default 100,500,1000,5000)")
     parser.add_argument("--devices", type=int, default=10, help="GPUs per node (default 10)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and few requests, for a CI smoke run")
     parser.add_argument("--requests", type=int, help="probe requests per verb and size (default 300)")

@@ -162,30 +162,37 @@ class _StateCollector(Collector):
         for outcome in ("placed", "kept", "moved", "dropped", "expired"):
             holds.add_metric([outcome], stats.holds.get(outcome, 0))
         yield holds
-        age = CounterMetricFamily(
-            f"{NAMESPACE}_hold_age_seconds",
-            "Seconds from a hold to its pod's bind, summed over the binds that found a hold (with _count).",
+        scalars: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str, float], ...] = (
+            (
+                CounterMetricFamily,
+                "hold_age_seconds",
+                "Seconds from a hold to its pod's bind, summed over the binds that found a hold.",
+                stats.hold_age_seconds,
+            ),
+            (
+                GaugeMetricFamily,
+                "hold_age_max_seconds",
+                "The longest a hold waited for its pod's bind so far.",
+                stats.hold_age_max_seconds,
+            ),
+            (CounterMetricFamily, "holds_settled", "Binds that found a hold of their pod.", stats.holds_settled),
+            (
+                CounterMetricFamily,
+                "bind_claim_waits",
+                "Binds that waited for the resourceclaim controller to create claims.",
+                stats.claim_waits,
+            ),
+            (
+                CounterMetricFamily,
+                "bind_claim_wait_seconds",
+                "Seconds binds waited for template claims to be created, summed.",
+                stats.claim_wait_seconds,
+            ),
         )
-        age.add_metric([], stats.hold_age_seconds)
-        yield age
-        oldest = GaugeMetricFamily(
-            f"{NAMESPACE}_hold_age_max_seconds", "The longest a hold waited for its pod's bind so far."
-        )
-        oldest.add_metric([], stats.hold_age_max_seconds)
-        yield oldest
-        settled = CounterMetricFamily(f"{NAMESPACE}_holds_settled", "Binds that found a hold of their pod.")
-        settled.add_metric([], stats.holds_settled)
-        yield settled
-        waits = CounterMetricFamily(
-            f"{NAMESPACE}_bind_claim_waits", "Binds that waited for the resourceclaim controller to create claims."
-        )
-        waits.add_metric([], stats.claim_waits)
-        yield waits
-        waited = CounterMetricFamily(
-            f"{NAMESPACE}_bind_claim_wait_seconds", "Seconds binds waited for template claims to be created, summed."
-        )
-        waited.add_metric([], stats.claim_wait_seconds)
-        yield waited
+        for family, name, text, value in scalars:
+            metric = family(f"{NAMESPACE}_{name}", text)
+            metric.add_metric([], value)
+            yield metric
         cache = GaugeMetricFamily(f"{NAMESPACE}_cache_objects", "Objects held in the cache, by kind.", labels=["kind"])
         for kind, size in (
             ("slices", len(store.slices)),

@@ -517,17 +517,7 @@ class SchedulingService:
             if allocation is None:
                 return
             results = allocation.results
-        for claim, result in zip(claims.to_allocate, results, strict=True):
-            self.ledger.add(
-                claim=claim,
-                pod_key=claims.pod_key,
-                pod_uid=claims.pod_uid,
-                node=node_name,
-                result=result,
-                tentative=True,
-                provisional=claim.key in claims.provisional,
-                ttl_seconds=self.hold_seconds,
-            )
+        self._record(claims, node_name, results, tentative=True)
         self.stats.count_hold("placed")
 
     def _release_holds(self, pod_uid: str, *, bound_to: str | None = None) -> None:
@@ -748,16 +738,24 @@ class SchedulingService:
         if allocation is None:
             _, reason = self._why_not(allocator, node)
             raise DoesNotFit(f"node {node_name} no longer fits the pod: {reason}", node=node_name)
-        for claim, result in zip(claims.to_allocate, allocation.results, strict=True):
+        self._record(claims, node_name, allocation.results, tentative=False)
+        return allocation.results
+
+    def _record(
+        self, claims: PodClaims, node_name: str, results: Sequence[AllocationResult], *, tentative: bool
+    ) -> None:
+        """Put the pod's allocations (per claim to allocate) into the ledger: a bind's, or a hold."""
+        for claim, result in zip(claims.to_allocate, results, strict=True):
             self.ledger.add(
                 claim=claim,
                 pod_key=claims.pod_key,
                 pod_uid=claims.pod_uid,
                 node=node_name,
                 result=result,
+                tentative=tentative,
                 provisional=claim.key in claims.provisional,
+                ttl_seconds=self.hold_seconds if tentative else None,
             )
-        return allocation.results
 
     async def _with_created_claims(self, decision: _BindDecision) -> _BindDecision:
         """Wait (at most ``claim_wait_seconds``) until the resourceclaim controller has created the

@@ -48,13 +48,6 @@ async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
             await asyncio.sleep(0.005)
 
 
-@pytest.fixture
-async def fake(aiohttp_server: Any) -> FakeApiServer:
-    server = FakeApiServer(bookmark_interval=None)
-    await server.serve_with(aiohttp_server)
-    return server
-
-
 async def started(fake: FakeApiServer, *objects: dict[str, Any], **changes: Any) -> KubeBackend:
     for obj in objects:
         fake.put_object(obj)

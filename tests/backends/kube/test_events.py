@@ -15,13 +15,6 @@ from tests.fakes import FakeApiServer
 
 
 @pytest.fixture
-async def fake(aiohttp_server: Any) -> FakeApiServer:
-    server = FakeApiServer(bookmark_interval=None)
-    await server.serve_with(aiohttp_server)
-    return server
-
-
-@pytest.fixture
 async def client(fake: FakeApiServer) -> AsyncIterator[KubeClient]:
     api = KubeClient(ClusterConfig(host=fake.url))
     yield api

@@ -17,13 +17,6 @@ from tests.backends.kube.test_backend import assert_consistent, node_of, started
 from tests.fakes import FakeApiServer
 
 
-@pytest.fixture
-async def fake(aiohttp_server: Any) -> FakeApiServer:
-    server = FakeApiServer(bookmark_interval=None)
-    await server.serve_with(aiohttp_server)
-    return server
-
-
 def template_pod(name: str) -> dict[str, Any]:
     return m.pod(name, templates=("gpu-template",))
 
