@@ -15,11 +15,11 @@ template, direct and shared-claim pods, no unschedulable pods) as JSON, then:
    the time from spawning it to the first filter answered (load + sync + cache warm-up + first filter);
 2. **filter** and **prioritize** latency: one-GPU pods reserved for probing (never bound), sent
    one at a time with ``NodeNames`` = every node (nodeCacheCapable), after a warm-up round;
-3. **end-to-end**: pods in generation order, each as kube-scheduler would: filter over all nodes,
-   prioritize over the survivors (skipped when one survives), bind to the best. Scheduling cycles are
-   serial; binds run concurrently with the next cycles (at most ``--binds-in-flight``), as in
-   kube-scheduler's binding cycle. A pod answered with ``Error`` (e.g. its shared claim is still being
-   allocated for another pod) is requeued, as the scheduler would. ``pods/s`` = bound pods / elapsed;
+3. **end-to-end**: pods in generation order: filter over all nodes, prioritize over the survivors
+   (skipped when one survives), bind to the best extender score. Binds run concurrently with the
+   next pods (at most ``--binds-in-flight``). A pod answered with ``Error`` is requeued at once.
+   This loop has none of kube-scheduler's own scores, backoffs or API latency: for what a real
+   scheduler sees use ``bench.pipeline`` (docs/pipeline.md). ``pods/s`` = bound pods / elapsed;
    **bind** latency comes from this loop;
 4. **RSS**: VmRSS of the server process (``/proc/PID/status``) after the end-to-end loop, and VmHWM;
 5. **cold start (serve CLI)**: ``python -m extender serve --cluster FILE`` from spawn to the first
