@@ -12,6 +12,7 @@
     │   ├── ClaimNotCreated                                         (template claim not there yet)
     │   ├── WriteConflict                                           (409: stale resourceVersion)
     │   └── ApiUnavailable                                          (5xx, 429, timeouts, injected faults)
+    │       └── OutcomeUnknown                                      (sent, never answered: done or not?)
     ├── ObjectNotFound              a read or write named an object that does not exist (404)
     └── InvalidObject               a manifest/API object the core cannot use (decode/validation)
 
@@ -32,6 +33,7 @@ __all__ = [
     "NodeUnresolvable",
     "NotSynced",
     "ObjectNotFound",
+    "OutcomeUnknown",
     "PodUnschedulable",
     "Transient",
     "WriteConflict",
@@ -82,6 +84,11 @@ class WriteConflict(Transient):
 
 class ApiUnavailable(Transient):
     """The API (or the embedded cluster's injected fault) failed temporarily."""
+
+
+class OutcomeUnknown(ApiUnavailable):
+    """A request was sent but no answer came (a timeout, a connection lost): the server may or may
+    not have carried it out."""
 
 
 class ObjectNotFound(ExtenderError):

@@ -16,7 +16,9 @@ attempts as client-go's ``retry.DefaultRetry``; ``Written`` records what a bind 
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -46,16 +48,21 @@ __all__ = [
 log = structlog.get_logger()
 
 DELETE_PROTECTION_FINALIZER = "resource.kubernetes.io/delete-protection"
-#: client-go's retry.DefaultRetry: 5 attempts on conflict.
+#: client-go's retry.DefaultRetry: 5 attempts on conflict, 10 ms apart, jitter 0.1.
 WRITE_ATTEMPTS = 5
+RETRY_SECONDS = 0.01
+RETRY_JITTER = 0.1
 
 T = TypeVar("T")
 
 
 async def retry_on_conflict(step: Callable[[int], Awaitable[T]], *, what: str, claim: str) -> T:
     """``await step(attempt)`` until it does not raise ``WriteConflict``, at most ``WRITE_ATTEMPTS``
-    times; then ``WriteConflict("<what>: conflict")``. Other errors pass through at once."""
+    times, 10 ms apart with 10 % jitter (client-go's ``retry.DefaultRetry``); then
+    ``WriteConflict("<what>: conflict")``. Other errors pass through at once."""
     for attempt in range(WRITE_ATTEMPTS):
+        if attempt:
+            await asyncio.sleep(RETRY_SECONDS * (1 + RETRY_JITTER * random.random()))
         try:
             return await step(attempt)
         except WriteConflict:

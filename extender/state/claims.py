@@ -67,14 +67,20 @@ def reserved_for(claim: ResourceClaim, pod_uid: str) -> bool:
     return any(ref.uid == pod_uid for ref in claim.reserved_for)
 
 
-def provisional_key(namespace: str, pod_name: str, pod_claim_name: str) -> str:
-    """The key of a pod's template claim before it exists; the space and parentheses cannot occur
-    in a Kubernetes name, so no real claim has it."""
-    return f"{namespace}/{pod_name}-{pod_claim_name} (not created yet)"
+def provisional_key(namespace: str, pod_name: str, pod_uid: str, pod_claim_name: str) -> str:
+    """The key of a pod's template claim before it exists; the spaces and parentheses cannot occur
+    in a Kubernetes name, so no real claim has it, and the pod's UID keeps pods apart whose names
+    and claim names join alike."""
+    return f"{namespace}/{pod_name}-{pod_claim_name} (pod {pod_uid}, not created yet)"
 
 
 def _provisional(
-    store: ObjectStore, result: PodClaims, namespace: str, pod_name: str, pod_claim_name: str, template_name: str
+    store: ObjectStore,
+    result: PodClaims,
+    namespace: str,
+    pod_name: str,
+    pod_claim_name: str,
+    template_name: str,
 ) -> ResourceClaim | None:
     """The claim the controller will make from the template, or None if the store has no template."""
     template_key = f"{namespace}/{template_name}"
@@ -82,7 +88,7 @@ def _provisional(
     spec_key = store.template_specs.get(template_key)
     if template is None or spec_key is None:
         return None
-    key = provisional_key(namespace, pod_name, pod_claim_name)
+    key = provisional_key(namespace, pod_name, result.pod_uid, pod_claim_name)
     result.provisional[key] = spec_key
     return dataclasses.replace(template.spec, namespace=namespace, name=key.partition("/")[2], uid="")
 

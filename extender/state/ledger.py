@@ -24,7 +24,7 @@ Two kinds of entries besides a bind's own:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterator, Mapping
 from dataclasses import dataclass
 
 from extender.core.model import AllocatedState, AllocationResult, ResourceClaim
@@ -81,9 +81,13 @@ class InFlightLedger:
         tentative: bool = False,
         provisional: bool = False,
         ttl_seconds: float | None = None,
-    ) -> InFlightAllocation:
+    ) -> InFlightAllocation | None:
         """Record (or replace) the entry of ``claim``; a tentative one is a hold (module docstring)
-        and lives ``ttl_seconds`` (default: the ledger's TTL)."""
+        and lives ``ttl_seconds`` (default: the ledger's TTL). A hold never replaces a bind's entry
+        (None then): that bind's devices stay taken until it is done."""
+        replaced = self._entries.get(claim.key)
+        if tentative and replaced is not None and not replaced.tentative:
+            return None
         now = self._clock()
         entry = InFlightAllocation(
             claim_key=claim.key,
@@ -97,17 +101,19 @@ class InFlightLedger:
             provisional=provisional,
             created_at=now,
         )
-        replaced = self._entries.get(claim.key)
         self._entries[claim.key] = entry
         if replaced is not None:
             self._changed(replaced)
         self._changed(entry, added=True)
         return entry
 
-    def drop(self, claim_key: str) -> InFlightAllocation | None:
-        entry = self._entries.pop(claim_key, None)
-        if entry is not None:
-            self._changed(entry)
+    def drop(self, claim_key: str, *, pod_uid: str | None = None) -> InFlightAllocation | None:
+        """Drop the entry of ``claim_key`` (only if it is ``pod_uid``'s bind entry, when given)."""
+        entry = self._entries.get(claim_key)
+        if entry is None or (pod_uid is not None and (entry.pod_uid != pod_uid or entry.tentative)):
+            return None
+        del self._entries[claim_key]
+        self._changed(entry)
         return entry
 
     def age(self, entry: InFlightAllocation) -> float:
@@ -127,10 +133,11 @@ class InFlightLedger:
             self.drop(entry.claim_key)
         return gone
 
-    def expire(self) -> list[InFlightAllocation]:
-        """Drop and return the entries older than the TTL."""
+    def expire(self, *, keep: Container[str] = ()) -> list[InFlightAllocation]:
+        """Drop and return the entries older than their TTL, but those of the pods in ``keep``
+        (UIDs of pods whose bind is still running: their devices stay taken until it ends)."""
         now = self._clock()
-        gone = [e for e in self._entries.values() if e.expires_at <= now]
+        gone = [e for e in self._entries.values() if e.expires_at <= now and (e.tentative or e.pod_uid not in keep)]
         for entry in gone:
             del self._entries[entry.claim_key]
             self._changed(entry)

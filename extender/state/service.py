@@ -34,6 +34,7 @@ from extender.core.errors import (
     ExtenderError,
     NotSynced,
     ObjectNotFound,
+    OutcomeUnknown,
     PodUnschedulable,
     Transient,
     WriteConflict,
@@ -231,7 +232,7 @@ class SchedulingService:
     def _refresh(self) -> None:
         """Bring the ledger and the slice snapshot up to date. Their changes reach the FitCache
         here, so this runs before remembered verdicts are read."""
-        expired = self.ledger.expire()
+        expired = self.ledger.expire(keep=self._binding)
         if expired:
             self.stats.count_hold("expired", len({e.pod_uid for e in expired if e.tentative}))
         self.ledger.reconcile(self.store.claims)
@@ -509,8 +510,8 @@ class SchedulingService:
         """Hold the devices the pod would get on ``node_name`` until its bind (ledger docstring):
         the devices of the remembered verdict where they are plain devices, else a fresh
         allocation's."""
-        if self.hold_seconds <= 0:
-            return
+        if self.hold_seconds <= 0 or claims.pod_uid in self._binding:
+            return  # a bind of this pod is still running: its own entries hold its devices
         results = _held_devices(verdict) if isinstance(verdict, Allocation) else None
         if results is None:
             allocation = self._allocator_now(claims).allocate(self.store.node(node_name))
@@ -707,9 +708,13 @@ class SchedulingService:
             if decision.claims.provisional:
                 decision = await self._with_created_claims(decision)
             await self._write_bind(decision)
-        except ExtenderError:
+        except asyncio.CancelledError:
+            # What reached the API is unknown: the entries keep the devices taken until the store
+            # shows the claims (reconcile) or their TTL ends.
+            raise
+        except BaseException:
             for claim in decision.claims.to_allocate:
-                self.ledger.drop(claim.key)
+                self.ledger.drop(claim.key, pod_uid=actual_uid)  # this bind's own entries only
             raise
         finally:
             self._binding.discard(actual_uid)
@@ -770,11 +775,12 @@ class SchedulingService:
         self._claim_waiters.setdefault(pod_key, []).append(event)
         try:
             while True:
-                pod = self.store.pods.get(pod_key)
-                if pod is None:
-                    raise ObjectNotFound(f'pod "{pod_key}" not found')
-                if pod_identity(pod)[2] != decision.claims.pod_uid:
-                    raise WriteConflict(f'pod "{pod_key}" was re-created')
+                pod: Mapping[str, Any] | None = self.store.pods.get(pod_key)
+                if pod is None or pod_identity(pod)[2] != decision.claims.pod_uid:
+                    # the watch has not shown this pod yet (bind read it from the API): wait on
+                    # the copy bind has; a pod deleted or re-created meanwhile runs into the
+                    # deadline or, later, the binding's UID precondition
+                    pod = decision.pod
                 claims = resolve_pod_claims(pod, self.store, self.ledger, from_templates=True)
                 if not claims.provisional:
                     break
@@ -793,7 +799,7 @@ class SchedulingService:
         self.stats.claim_waits += 1
         self.stats.claim_wait_seconds += loop.time() - started
         for claim in decision.claims.to_allocate:
-            self.ledger.drop(claim.key)
+            self.ledger.drop(claim.key, pod_uid=decision.claims.pod_uid)
         results = self._allocate_in_ledger(claims, decision.node)
         return _BindDecision(pod, decision.node, claims, results)
 
@@ -814,6 +820,7 @@ class SchedulingService:
         pod, claims = decision.pod, decision.claims
         namespace, name, uid = pod_identity(pod)
         written: list[Written] = []
+        keep_writes = False
         try:
             results = dict(zip((c.key for c in claims.to_allocate), decision.results, strict=True))
             for claim in claims.all:
@@ -827,16 +834,29 @@ class SchedulingService:
             try:
                 await self.backend.bind_pod(namespace, name, uid, decision.node)
             except WriteConflict:
+                # refused: fine if an earlier bind of ours bound the pod there (the cache lagged)
                 if not await self._bound_already(namespace, name, uid, decision.node):
                     raise
-        except ExtenderError:
-            await roll_back(self.backend, written, uid)
+            except OutcomeUnknown:
+                if await self._bound_already(namespace, name, uid, decision.node):
+                    return  # this very request bound it; only its answer was lost
+                # Whether the binding was made is unknown. Undoing the claims could leave a bound
+                # pod without its devices; kept, they pin the pod's next attempt to this node
+                # (and the resourceclaim controller frees them if the pod goes away).
+                keep_writes = True
+                raise
+        except Exception:
+            if not keep_writes:
+                await roll_back(self.backend, written, uid)
             raise
 
     async def _bound_already(self, namespace: str, name: str, uid: str, node_name: str) -> bool:
         """After a refused binding: is the pod bound to this node already (an earlier bind of ours
         whose answer kube-scheduler did not wait for; the cache had not shown it yet)?"""
-        live = await self.backend.get_pod(namespace, name)
+        try:
+            live = await self.backend.get_pod(namespace, name)
+        except ExtenderError:
+            return False
         return (
             live is not None
             and pod_identity(live)[2] == uid

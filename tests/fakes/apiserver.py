@@ -63,6 +63,8 @@ __all__ = ["FakeApiServer", "RequestRecord", "Target"]
 
 #: Set by a ``drop_watch`` rule: object events the stream may carry before it is cut.
 DROP_AFTER = web.RequestKey("drop_after", int)
+#: Set by a ``lose_answer`` rule: carry the request out, then close the connection unanswered.
+LOSE_ANSWER = web.RequestKey("lose_answer", bool)
 DEFAULT_USER = "system:serviceaccount:kube-system:dra-extender"
 _HEALTH = ("/healthz", "/livez", "/readyz")
 _TRUE = ("1", "t", "T", "TRUE", "true", "True")
@@ -296,6 +298,10 @@ class FakeApiServer:
         ``restart()`` or shutdown."""
         return self.faults.add(FaultRule("hang", method, path, times=times))
 
+    def lose_answer(self, method: str | None = None, path: str = "", *, times: int | None = 1) -> FaultRule:
+        """Carry out the next matching requests, then close their connections without answering."""
+        return self.faults.add(FaultRule("lose", method, path, times=times))
+
     def drop_watch(self, path: str = "", *, after_events: int = 0, times: int | None = 1) -> FaultRule:
         """Cut the next matching watch stream(s) after ``after_events`` object events."""
         return self.faults.add(FaultRule("drop", "GET", path, watch=True, times=times, after_events=after_events))
@@ -371,6 +377,8 @@ class FakeApiServer:
             )
         if record.status is None:
             record.status = response.status
+        if request.get(LOSE_ANSWER) and request.transport is not None:
+            request.transport.close()  # done, but the client never hears of it
         return response
 
     async def _handle(self, request: web.Request, record: RequestRecord, raw: bytes) -> web.StreamResponse:
@@ -403,6 +411,9 @@ class FakeApiServer:
             raise st.internal_error("hang released")  # never reaches the closed connection
         if rule.action == "drop":
             request[DROP_AFTER] = rule.after_events
+            return
+        if rule.action == "lose":
+            request[LOSE_ANSWER] = True
             return
         if rule.body is not None:
             raise st.ApiError({**rule.body, "code": rule.status})

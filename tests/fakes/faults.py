@@ -4,7 +4,8 @@ wait, hang, or to cut watch streams.
 A rule matches on HTTP method (None = any) and a regular expression searched in the request path
 (and optionally only watch / non-watch requests). It fires ``times`` times (None = forever), then
 is spent. For one request every matching ``delay`` rule adds its wait; then the first matching
-``fail``, ``hang`` or ``drop`` rule applies.
+``fail``, ``hang``, ``drop`` or ``lose`` rule applies (``lose``: the request is carried out, then
+the connection is closed instead of answering: a write whose answer never arrives).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Literal
 
 __all__ = ["Action", "FaultRule", "Faults"]
 
-Action = Literal["fail", "delay", "hang", "drop"]
+Action = Literal["fail", "delay", "hang", "drop", "lose"]
 
 
 @dataclass

@@ -42,6 +42,7 @@ from tests.server.fakes import node_list, pod
         (errors.ClaimNotCreated("not yet"), WireField.ERROR),
         (errors.WriteConflict("409"), WireField.ERROR),
         (errors.ApiUnavailable("503"), WireField.ERROR),
+        (errors.OutcomeUnknown("timed out"), WireField.ERROR),
         (errors.ObjectNotFound("gone"), WireField.ERROR),
         (errors.InvalidObject("bad"), WireField.ERROR),
         (errors.ExtenderError("base"), WireField.ERROR),
@@ -58,6 +59,7 @@ def test_every_extender_error_class_is_in_the_table() -> None:
     known = {
         "ExtenderError", "DoesNotFit", "NodeUnresolvable", "PodUnschedulable", "CelError", "Transient",
         "NotSynced", "ClaimNotCreated", "WriteConflict", "ApiUnavailable", "ObjectNotFound", "InvalidObject",
+        "OutcomeUnknown",
     }  # fmt: skip
     assert set(errors.__all__) == known
 

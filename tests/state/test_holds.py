@@ -163,3 +163,52 @@ def test_a_second_bind_of_a_pod_being_bound_is_refused() -> None:
     asyncio.run(main())
     results = svc.debug_claim("default", "c-p")["status"]["allocation"]["devices"]["results"]  # type: ignore[index]
     assert [r["pool"] for r in results] == ["node-1"]
+
+
+def test_a_retry_while_the_bind_still_runs_holds_nothing_and_takes_nothing_away() -> None:
+    """kube-scheduler gave up on a slow bind (its extender timeout) and tries the pod again: that
+    attempt's filter and prioritize must not replace the running bind's ledger entry with a hold
+    elsewhere, which would free the bind's device for another pod."""
+    svc = service(one_gpu_per_node("p", "q"))
+    backend: EmbeddedBackend = svc.backend  # type: ignore[assignment]
+
+    async def main() -> None:
+        release = asyncio.Event()
+
+        async def wait(_operation: str) -> None:
+            await release.wait()
+
+        backend.faults.hook("update_claim", wait)
+        bind = asyncio.create_task(svc.bind("default", "p", "uid-p", "node-1"))
+        await asyncio.sleep(0.01)
+        svc.filter(pod("p", "c-p"), ["node-2"])  # one node left: would hold there
+        svc.prioritize(pod("p", "c-p"), ["node-2", "node-3"])
+        assert [(e.node, e.tentative) for e in svc.ledger] == [("node-1", False)]
+        assert svc.filter(pod("q", "c-q"), NODES).node_names == ["node-2", "node-3"]
+        release.set()
+        await bind
+
+    asyncio.run(main())
+    results = svc.debug_claim("default", "c-p")["status"]["allocation"]["devices"]["results"]  # type: ignore[index]
+    assert [r["pool"] for r in results] == ["node-1"]
+
+
+def test_a_hold_never_replaces_a_binds_entry_in_the_ledger() -> None:
+    svc = service(one_gpu_per_node("p"), hold_seconds=0)
+    asyncio.run(svc.bind("default", "p", "uid-p", "node-1"))
+    claims = svc.store.claims
+    ledger = InFlightLedger()
+    result = claims["default/c-p"].allocation
+    assert result is not None
+    bind_entry = ledger.add(claim=claims["default/c-p"], pod_key="default/p", pod_uid="u", node="node-1", result=result)
+    hold = ledger.add(
+        claim=claims["default/c-p"], pod_key="default/p", pod_uid="u", node="node-2", result=result, tentative=True
+    )
+    assert hold is None and ledger.get("default/c-p") is bind_entry
+    # and a bind entry outlives its TTL while its bind runs
+    clock = Clock()
+    ledger = InFlightLedger(ttl_seconds=1, clock=clock)
+    ledger.add(claim=claims["default/c-p"], pod_key="default/p", pod_uid="u", node="node-1", result=result)
+    clock.now += 5
+    assert ledger.expire(keep={"u"}) == [] and len(ledger) == 1
+    assert len(ledger.expire()) == 1 and len(ledger) == 0

@@ -33,7 +33,7 @@ from urllib.parse import urlencode
 import aiohttp
 import orjson
 
-from extender.core.errors import ApiUnavailable, InvalidObject, ObjectNotFound, WriteConflict
+from extender.core.errors import ApiUnavailable, InvalidObject, ObjectNotFound, OutcomeUnknown, WriteConflict
 
 from .config import ClusterConfig
 from .errors import AccessDenied, ApiStatusError, Gone, UnexpectedResponse
@@ -186,9 +186,12 @@ class KubeClient:
             response = await self.pool.request(
                 method, target, headers, data, timeout=timeout or self.settings.request_timeout
             )
-        except TimeoutError as exc:
-            raise ApiUnavailable(f"{verb} {resource}: timed out") from exc
-        except (OSError, ConnectionLost) as exc:  # ConnectionLost is an OSError too
+        except TimeoutError as exc:  # perhaps sent: whether it was carried out is unknown
+            raise OutcomeUnknown(f"{verb} {resource}: timed out") from exc
+        except ConnectionLost as exc:
+            error = OutcomeUnknown if exc.sent else ApiUnavailable
+            raise error(f"{verb} {resource}: {_describe(exc)}") from exc
+        except OSError as exc:  # connecting failed: nothing was sent
             raise ApiUnavailable(f"{verb} {resource}: {_describe(exc)}") from exc
         raw, status = response.body, response.status
         check_response(status, raw, verb=verb, resource=resource)

@@ -64,7 +64,7 @@ class _Similar:
     """Messages seen for one (object, type, reason) in the current aggregation interval."""
 
     messages: set[str] = field(default_factory=set)
-    since: float = 0.0
+    last: float = 0.0
 
 
 @dataclass(slots=True)
@@ -105,9 +105,6 @@ class EventRecorder:
     def record(self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str) -> None:
         """An Event of type ``kind`` ("Normal", "Warning") about the pod ``namespace/name``."""
         obj = (namespace, name, uid)
-        if not self._take_token(obj):
-            self.dropped += 1
-            return
         message = message[:1024]
         similar_key = (*obj, kind, reason)
         if self._aggregate(similar_key, message):
@@ -125,9 +122,15 @@ class EventRecorder:
             self._seen.move_to_end(key)
             method = "PATCH"
         self._seen[key] = seen
-        self._enqueue(method, namespace, self._event(obj, seen, kind, reason, message, stamp))
         while len(self._seen) > self.settings.cache_size:
             self._seen.popitem(last=False)
+        # As client-go: the spam filter comes last, so what it drops is still counted, and the
+        # next Event written carries the count (a create it dropped is made by the next update,
+        # which finds no Event to patch).
+        if not self._take_token(obj):
+            self.dropped += 1
+            return
+        self._enqueue(method, namespace, self._event(obj, seen, kind, reason, message, stamp))
 
     def _take_token(self, obj: tuple[str, ...]) -> bool:
         now = self._clock()
@@ -151,14 +154,18 @@ class EventRecorder:
         """Whether ``message`` is one too many of its kind: to be recorded on the combined Event."""
         now = self._clock()
         similar = self._similar.get(key)
-        if similar is None or now - similar.since > self.settings.aggregate_seconds:
-            similar = _Similar(since=now)
+        if similar is None or now - similar.last > self.settings.aggregate_seconds:
+            similar = _Similar()
+        similar.last = now  # the interval runs from the latest similar Event
         similar.messages.add(message)
         self._similar[key] = similar
         self._similar.move_to_end(key)
         while len(self._similar) > self.settings.cache_size:
             self._similar.popitem(last=False)
-        return len(similar.messages) >= self.settings.aggregate_max
+        if len(similar.messages) < self.settings.aggregate_max:
+            return False
+        similar.messages.pop()  # bounded, as client-go's PopAny: from here on all go to the combined one
+        return True
 
     def _event(
         self, obj: tuple[str, str, str], seen: _Seen, kind: str, reason: str, message: str, stamp: str

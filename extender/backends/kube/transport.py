@@ -9,10 +9,11 @@ aiohttp's streaming client (``KubeClient.stream``), where the per-request cost d
 
 What the pool does, and no more: one host (http or https, with the cluster's TLS context and
 server name), a bounded number of connections reused LIFO, ``Content-Length`` and chunked
-responses (the parser's work), a total timeout per request, and, for idempotent methods only (as Go's
-net/http), one retry on a fresh connection when a reused one turns out closed before any byte of
-the answer came (the server's keep-alive timeout raced our request). A POST is never sent twice:
-whether the server acted on it is unknown, and the caller decides. No redirects, no proxies (as
+responses (the parser's work), a total timeout per request, and one retry on a fresh connection
+when a reused one turns out closed (the server's keep-alive timeout raced our request): for any
+request not written yet, and, once written, only for GET and HEAD before any byte of the answer
+came (as Go's net/http). A write is never sent twice: whether the server acted on it is unknown,
+and the caller decides. No redirects, no proxies (as
 the aiohttp session it sits beside, which does not read the proxy environment either), no
 compression (nothing asks for it).
 """
@@ -28,17 +29,20 @@ import httptools
 
 __all__ = ["ConnectionLost", "HttpPool", "Response"]
 
-#: Methods a server may receive twice with the same effect (RFC 9110 §9.2.2).
-_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS", "PUT", "DELETE"})
+#: Methods sent again after a reused connection closed on them before answering (safe methods:
+#: the server changed nothing whatever it did with the first one).
+_RESEND = frozenset({"GET", "HEAD"})
 
 
 class ConnectionLost(ConnectionError):
     """The connection closed (or the answer was malformed) before a whole answer arrived."""
 
-    def __init__(self, message: str, *, answered: bool) -> None:
+    def __init__(self, message: str, *, answered: bool, sent: bool = True) -> None:
         super().__init__(message)
-        #: Whether any byte of an answer had arrived (then the request is not retried).
+        #: Whether any byte of an answer had arrived (then the request is not sent again).
         self.answered = answered
+        #: Whether the request had been written at all.
+        self.sent = sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +105,7 @@ class _Connection(asyncio.Protocol):
     async def exchange(self, request: bytes) -> tuple[int, bytes, bool]:
         """(status, body, keep-alive) for one request."""
         if self.closed or self.transport is None or self.transport.is_closing():
-            raise ConnectionLost("connection closed before the request", answered=False)
+            raise ConnectionLost("connection closed before the request", answered=False, sent=False)
         self._answered = False
         self._waiter = asyncio.get_running_loop().create_future()
         self.transport.write(request)
@@ -159,14 +163,15 @@ class HttpPool:
         if body is not None:
             lines.append(b"Content-Length: " + str(len(body)).encode())
         data = b"\r\n".join(lines) + b"\r\n\r\n" + (body or b"")
-        async with self._slots, asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout), self._slots:
             for attempt in range(2):
-                connection, reused = await self._connection()
+                connection, reused = await self._connection(fresh=attempt > 0)
                 try:
                     status, payload, keep_alive = await connection.exchange(data)
                 except ConnectionLost as exc:
                     self._discard(connection)
-                    if reused and attempt == 0 and not exc.answered and method in _IDEMPOTENT:
+                    resend = not exc.sent or (not exc.answered and method in _RESEND)
+                    if reused and attempt == 0 and resend:
                         continue  # the server closed an idle connection as we reused it
                     raise
                 except BaseException:
@@ -179,8 +184,8 @@ class HttpPool:
                 return Response(status, payload)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _connection(self) -> tuple[_Connection, bool]:
-        while self._idle:
+    async def _connection(self, *, fresh: bool = False) -> tuple[_Connection, bool]:
+        while self._idle and not fresh:
             connection = self._idle.pop()
             if not connection.closed:
                 return connection, True

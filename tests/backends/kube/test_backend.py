@@ -24,7 +24,7 @@ from extender.backends.kube import (
     WatchSettings,
 )
 from extender.backends.kube.requeue import REQUEUE_ANNOTATION, RequeueSettings
-from extender.core.errors import ExtenderError, Transient, WriteConflict
+from extender.core.errors import ApiUnavailable, ExtenderError, Transient, WriteConflict
 from extender.state.service import DELETE_PROTECTION_FINALIZER, SchedulingService
 from tests import manifests as m
 from tests.fakes import FakeApiServer
@@ -152,6 +152,33 @@ async def test_the_cache_never_shows_an_allocation_before_it_is_written(fake: Fa
     assert_consistent(fake)
 
 
+async def test_a_binding_whose_answer_is_lost_keeps_the_claims_for_the_next_attempt(
+    fake: FakeApiServer, stack: Any
+) -> None:
+    """The binding POST times out but the API server makes the binding afterwards: undoing the
+    claims would leave a bound pod without its devices, so they stay; the next bind finds it done."""
+    backend, service = await stack(*m.cluster(m.claim("c1"), m.pod("p1", "c1")))
+    # the binding is made, its answer lost; and the GET that asks is answered before it shows
+    fake.lose_answer("POST", "/binding")
+    fake.fail("GET", "/pods/p1$", status=503)
+    with pytest.raises(ApiUnavailable):
+        await service.bind("default", "p1", "uid-p1", "node-1")
+    claim = claim_in_fake(fake, "c1")
+    assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "p1", "uid": "uid-p1"}]
+    assert claim["metadata"]["finalizers"] == [DELETE_PROTECTION_FINALIZER] and node_of(fake, "p1") == "node-1"
+    await until(lambda: (backend.store.pods["default/p1"].get("spec") or {}).get("nodeName") == "node-1")
+    await service.bind("default", "p1", "uid-p1", "node-1")  # kube-scheduler's retry: done already
+    assert_consistent(fake)
+
+
+async def test_a_binding_whose_answer_is_lost_but_that_was_made_succeeds(fake: FakeApiServer, stack: Any) -> None:
+    _, service = await stack(*m.cluster(m.claim("c1"), m.pod("p1", "c1")))
+    fake.lose_answer("POST", "/binding")
+    await service.bind("default", "p1", "uid-p1", "node-1")  # the GET after it shows the pod bound
+    assert node_of(fake, "p1") == "node-1"
+    assert_consistent(fake)
+
+
 async def test_a_conflict_storm_is_retried(fake: FakeApiServer, stack: Any) -> None:
     _, service = await stack(*m.cluster(m.claim("c1"), m.pod("p1", "c1")))
     fake.conflicts(r"/resourceclaims/c1/status$", times=3)
@@ -199,10 +226,13 @@ async def test_a_restart_mid_bind_neither_loses_nor_duplicates(fake: FakeApiServ
     with pytest.raises(ExtenderError):
         await bind
     claim = claim_in_fake(fake, "c1")
-    assert not (claim.get("status") or {}).get("allocation")  # rolled back, not lost half-way
-    await until(lambda: backend.synced and fake.watch_count() >= 5)
-    await until(lambda: backend.store.claims["default/c1"].allocation is None)
-    await service.bind("default", "p1", "uid-p1", "node-1")
+    # whether the binding was made is unknown: the claim is kept whole (allocated and reserved for
+    # the pod), never half-way, so that a bound pod cannot be left without its devices
+    status = claim.get("status") or {}
+    assert status.get("allocation") and status["reservedFor"] == [{"resource": "pods", "name": "p1", "uid": "uid-p1"}]
+    await until(lambda: backend.synced and fake.watch_count() >= 6)
+    await until(lambda: backend.store.claims["default/c1"].allocation is not None)
+    await service.bind("default", "p1", "uid-p1", "node-1")  # the retry binds where the claim is
     claim = claim_in_fake(fake, "c1")
     assert len(claim["status"]["reservedFor"]) == 1 and node_of(fake, "p1") == "node-1"
     await service.bind("default", "p1", "uid-p1", "node-1")  # a retry after success changes nothing

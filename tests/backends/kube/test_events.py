@@ -81,7 +81,7 @@ async def test_the_spam_filter_drops_what_exceeds_the_burst(fake: FakeApiServer,
     assert rec.dropped == 1 and events(fake)[0]["count"] == 2
     clock.now += 300  # one token back
     await recorded(rec, "x", "x")
-    assert rec.dropped == 2 and events(fake)[0]["count"] == 3
+    assert rec.dropped == 2 and events(fake)[0]["count"] == 4  # the dropped third one still counts
     # another pod has a bucket of its own
     rec.record("default", "p2", "uid-p2", kind="Warning", reason="FailedBinding", message="x")
     assert rec.dropped == 2
@@ -109,3 +109,19 @@ async def test_flush_waits_for_the_writer(fake: FakeApiServer, client: KubeClien
         assert len(events(fake)) == 1
     finally:
         writer.cancel()
+
+
+async def test_the_aggregation_interval_runs_from_the_latest_similar_event(
+    fake: FakeApiServer, client: KubeClient
+) -> None:
+    clock = Clock()
+    rec = recorder(client, clock, aggregate_max=3, aggregate_seconds=600)
+    await recorded(rec, "m1", "m2")
+    clock.now += 500
+    await recorded(rec, "m3")  # within 600 s of m2: the third similar one, combined
+    clock.now += 500
+    await recorded(rec, "m4")  # 500 s after m3: still the same interval
+    clock.now += 601
+    await recorded(rec, "m5")  # a quiet interval later: on its own again
+    messages = sorted(e["message"] for e in events(fake))
+    assert messages == sorted(["m1", "m2", "m5", f"{AGGREGATED_PREFIX}m4"])

@@ -100,3 +100,19 @@ async def test_an_unknown_template_is_still_an_error(fake: FakeApiServer) -> Non
         assert outcome.error == 'pod "default/p3": ResourceClaim not created yet' and outcome.node_names == []
     finally:
         await backend.stop()
+
+
+async def test_a_bind_that_read_the_pod_from_the_api_waits_for_its_claim_too(fake: FakeApiServer) -> None:
+    """The pod watch has not shown the pod yet (bind reads it from the API); its claim comes later."""
+    backend, service = await stack(fake)
+    try:
+        backend.store.delete("Pod", "default", "p1")  # as if the watch lagged behind
+        bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
+        await asyncio.sleep(0.05)
+        assert not bind.done() and fake.requests_to("GET", "/pods/p1$")
+        play_the_controller(fake, "p1")
+        await asyncio.wait_for(bind, 5)
+        assert node_of(fake, "p1") == "node-1"
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
