@@ -116,15 +116,15 @@ async def test_the_model_sees_an_extender_that_lags() -> None:
     workload = Workload(nodes=8, devices=4, pods=24, claims="direct")
     objects = workload_objects(workload)
     async with stack_for("kube", objects, service_options={"hold_seconds": 0}) as stack:
-        service = stack.service
-        decide = service._bind
+        binder = stack.service.binder
+        decide = binder.bind
 
         @functools.wraps(decide)
         async def lagging(namespace: str, name: str, uid: str, node: str) -> None:
-            await service.backend.get_pod(namespace, name)  # the old first step: a live GET
+            await binder.backend.get_pod(namespace, name)  # the old first step: a live GET
             await decide(namespace, name, uid, node)
 
-        service._bind = lagging
+        binder.bind = lagging
         report, _, _ = await run_model(stack, WORST)
     assert report.bound == report.pods  # correct in the end, as in the runs
     assert report.failed_attempts.get("bind: node no longer fits the pod", 0) > 0

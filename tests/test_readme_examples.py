@@ -32,9 +32,10 @@ from aiohttp import web
 
 from extender.backends.embedded import EmbeddedBackend
 from extender.cli import main
+from extender.core.answers import CANNOT_ALLOCATE, NO_CLASS_DEVICES, NOT_AVAILABLE
 from extender.server.app import create_app
 from extender.state.ledger import InFlightLedger
-from extender.state.service import CANNOT_ALLOCATE, NO_CLASS_DEVICES, NOT_AVAILABLE, SchedulingService
+from extender.state.service import SchedulingService
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"

@@ -1,12 +1,14 @@
-"""The structured DRA allocator (spec/dra-allocation.md §5-§12).
+"""The structured DRA allocator (docs/allocator.md; upstream's ``structured`` package).
 
-``Allocator(claims, ...)`` is built once per pod scheduling attempt; ``allocate(node)`` is called
-once per candidate node and returns:
+``Allocator(claims, ...)`` is built once per pod scheduling attempt. Its contract is one question,
+asked for one node (``answer``) or many (``answer_many``): what does the pod get here? An
+``Allocation`` (one ``AllocationResult`` per claim, same order: the claims fit), an ``Unfit`` (not
+now) or an ``Unresolvable`` (not as things stand) from ``extender.core.answers``; a
+``PodUnschedulable`` (or ``CelError``) with upstream's text is raised, as it fails the attempt.
 
-- an ``Allocation`` (one ``AllocationResult`` per claim, same order) — the claims fit here;
-- ``None`` — they do not fit on this node (incomplete pools included);
-- raises ``NodeUnresolvable("invalid resource pools were encountered")`` — never on this node;
-- raises ``PodUnschedulable`` (or ``CelError``) with upstream's text — fatal for the attempt.
+Below that, ``allocate(node)`` is the search itself: an ``Allocation``, ``None`` (does not fit,
+incomplete pools included), or ``NodeUnresolvable`` raised for invalid pools; ``allocate_many``
+runs it over many nodes, with a tight loop for the most common pod.
 
 The search is upstream's depth-first search with backtracking: claims in order, requests in order,
 ``firstAvailable`` subrequests in priority order, devices in the deterministic 1.36 pool order, with
@@ -24,6 +26,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import NamedTuple
 
+from extender.core.answers import (
+    INVALID_POOLS,
+    NO_CLASS_DEVICES_HERE,
+    NOT_AVAILABLE,
+    UNFIT,
+    Unfit,
+    Unresolvable,
+)
 from extender.core.capacity import capacity_fits, consumed_capacity
 from extender.core.cel import CelCompileError, CelRuntimeError, SelectorCache
 from extender.core.constraints import Constraint, build_constraint
@@ -60,14 +70,17 @@ __all__ = [
     "INVALID_POOLS",
     "Allocation",
     "Allocator",
+    "AnswerSet",
+    "NodeAnswer",
     "allocate_claims",
     "taint_blocks",
     "tolerates",
 ]
 
-INVALID_POOLS = "invalid resource pools were encountered"
-
 _OK, _FAIL, _MAXSIZE = 0, 1, 2
+#: The search's steps on the first path of a one-device pod: the device's slot, the end of its
+#: request, the end of its claim, and the final step (what ``allocate_many``'s tight loop skips).
+_ONE_DEVICE_PATH_STEPS = 4
 
 
 # --- taints ---------------------------------------------------------------------------------
@@ -222,6 +235,18 @@ class Allocation:
         return f"Allocation(node={self.node!r}, results={self.results!r})"
 
 
+#: What the pod gets on a node: the devices (it fits), not now, or not as things stand.
+NodeAnswer = Allocation | Unfit | Unresolvable
+
+
+class AnswerSet(NamedTuple):
+    """``Allocator.answer_many``'s answers: the nodes decided one by one, and the nodes a
+    pre-allocated claim rules out by name, all answered ``NOT_AVAILABLE`` at once."""
+
+    decided: dict[str, NodeAnswer]
+    elsewhere: dict[str, Unresolvable]
+
+
 def _results_not_kept() -> _Built:
     raise LookupError("a detached Allocation keeps no results; allocate again to get them")
 
@@ -310,10 +335,13 @@ class Allocator:
         features: Features = Features(),
         selectors: SelectorCache | None = None,
         preallocated: Sequence[ResourceClaim] = (),
+        shortcuts: bool = True,
     ) -> None:
         """``claims``: the pod's unallocated claims, in pod order. ``preallocated``: its claims that
         are already allocated; a node must satisfy each one's ``allocation.nodeSelector`` (their
-        devices belong in ``allocated`` like every other allocated claim's)."""
+        devices belong in ``allocated`` like every other allocated claim's). ``shortcuts=False``
+        runs the full search on every node, without the first path and the tight loop that
+        settle the common pods faster with the same answers (the reference the tests hold them to)."""
         self.claims = tuple(claims)
         self.preallocated = tuple(c for c in preallocated if c.allocation is not None)
         self.classes = classes
@@ -324,6 +352,7 @@ class Allocator:
             consumable_capacity=features.consumable_capacity
         )
         self.search_steps = 0
+        self.shortcuts = shortcuts
         # Without All-mode requests, preparing the claims (spec §5) gives the same plans, or the
         # same fatal error, on every node: do it once.
         self.node_independent = not any(
@@ -337,7 +366,6 @@ class Allocator:
         # The requests of the first-path shortcut, False when it does not apply, None before the
         # first allocate().
         self._simple: list[_FirstPathStep] | bool | None = None
-        self._simple_steps = 0
         #: No constraints and no firstAvailable: the tight loop of allocate_many may run.
         self._simple_plain = False
         #: chosen_subrequests of a first-path allocation (0 for firstAvailable requests).
@@ -353,11 +381,12 @@ class Allocator:
     # -- public ---------------------------------------------------------------------------
 
     def allocate(self, node: NodeInfo) -> Allocation | None:
+        """The search on one node (module docstring); ``search_steps`` counts its steps."""
         self.search_steps = 0
-        if self.preallocated and self.unavailable_claim(node) is not None:
+        if self.preallocated and self._unavailable_claim(node) is not None:
             return None
         view = self._view(node)
-        if self.node_independent:
+        if self.node_independent and self.shortcuts:
             first_path = self._first_path(node, view)
             if first_path is not None:
                 return first_path
@@ -389,12 +418,18 @@ class Allocator:
         if not nodes:
             return []
         simple = None
-        if not self.preallocated and self.node_independent:
+        if not self.preallocated and self.node_independent and self.shortcuts:
             simple = self._simple if isinstance(self._simple, list) else None
             if self._simple is None:
                 simple = self._simple_plan(nodes[0], self._view(nodes[0]))
         if simple is None or len(simple) != 1 or simple[0].devices != 1 or not self._simple_plain:
-            return [self._allocate_one(node) for node in nodes]
+            out_all: list[Allocation | NodeUnresolvable | None] = []
+            total = 0
+            for node in nodes:
+                out_all.append(self._allocate_one(node))
+                total += self.search_steps
+            self.search_steps = total
+            return out_all
         c, req = simple[0].claim, simple[0].request
         lookup = req.lookup
         assert lookup is not None
@@ -402,6 +437,7 @@ class Allocator:
         view_of = self._view
         build = self._build_first_path
         out: list[Allocation | NodeUnresolvable | None] = []
+        steps = 0
         for node in nodes:
             view = view_of(node)
             for entry in view.devices:
@@ -420,12 +456,15 @@ class Allocator:
                                 ((entry,),),
                             )
                         )
+                        steps += _ONE_DEVICE_PATH_STEPS
                     else:
                         out.append(self._allocate_one(node))
+                        steps += self.search_steps
                     break
             else:
                 out.append(self._allocate_one(node))  # the full search decides: unfit or invalid pools
-        self.search_steps = self._simple_steps
+                steps += self.search_steps
+        self.search_steps = steps
         return out
 
     def _allocate_one(self, node: NodeInfo) -> Allocation | NodeUnresolvable | None:
@@ -434,13 +473,60 @@ class Allocator:
         except NodeUnresolvable as exc:
             return exc
 
+    # -- the contract ---------------------------------------------------------------------
+
+    def answer(self, node: NodeInfo) -> NodeAnswer:
+        """What the pod gets on ``node`` (module docstring). Raises ``PodUnschedulable``."""
+        try:
+            allocation = self.allocate(node)
+        except NodeUnresolvable as exc:
+            return Unresolvable(exc.reason)
+        return allocation if allocation is not None else self._why_not(node)
+
+    def answer_many(self, names: Iterable[str], node: Callable[[str], NodeInfo]) -> AnswerSet:
+        """``answer`` for every node named (``node(name)`` gives its labels), as a filter over many
+        nodes needs it. The nodes a pre-allocated claim's allocation rules out by name are settled
+        together, without looking at them one by one (``AnswerSet.elsewhere``); the others are
+        decided in name order (a stable order; each answer is its own). Raises ``PodUnschedulable``."""
+        remaining = set(names)
+        elsewhere: dict[str, Unresolvable] = {}
+        for claim in self.preallocated:
+            assert claim.allocation is not None
+            selector = claim.allocation.node_selector
+            pinned = None if selector is None else pinned_node_names(selector)
+            if pinned is None:
+                continue  # no node selector, or one matched node by node (in ``allocate``)
+            outside = remaining.difference(pinned)
+            if outside:
+                elsewhere.update(dict.fromkeys(outside, Unresolvable(NOT_AVAILABLE, claim.key)))
+                remaining.intersection_update(pinned)
+        nodes = [node(name) for name in sorted(remaining)]
+        decided: dict[str, NodeAnswer] = {}
+        for info, outcome in zip(nodes, self.allocate_many(nodes), strict=True):
+            if isinstance(outcome, Allocation):
+                decided[info.name] = outcome
+            elif outcome is None:
+                decided[info.name] = self._why_not(info)
+            else:
+                decided[info.name] = Unresolvable(outcome.reason)
+        return AnswerSet(decided, elsewhere)
+
+    def _why_not(self, node: NodeInfo) -> Unfit | Unresolvable:
+        """Why ``allocate`` found nothing on ``node``."""
+        unavailable = self._unavailable_claim(node)
+        if unavailable is not None:
+            return Unresolvable(NOT_AVAILABLE, unavailable.key)
+        if self._lacks_class_devices(node):
+            return NO_CLASS_DEVICES_HERE
+        return UNFIT
+
     def _view(self, node: NodeInfo) -> NodeView:
         try:
             return self.snapshot.node_view(node, self.features)
         except PoolNodeSelectionError as exc:
             raise PodUnschedulable(f"gather pool information: {exc}", node=node.name) from exc
 
-    def lacks_class_devices(self, node: NodeInfo) -> bool:
+    def _lacks_class_devices(self, node: NodeInfo) -> bool:
         """Whether some request (every alternative of a firstAvailable one) has no device of its
         DeviceClass on the node at all, in complete pools: waiting for other pods cannot help
         there. Conservative: false when a pool is incomplete or a class selector fails."""
@@ -466,25 +552,7 @@ class Allocator:
                 return True
         return False
 
-    def pinned_nodes(self) -> frozenset[str] | None:
-        """The only node names the pre-allocated claims can be used on, when each one's allocation
-        names its nodes outright (``nodeselector.pinned_node_names``, what allocation results
-        write); None when a selector must be matched per node, or none restricts. On every other
-        node ``unavailable_claim`` answers before anything else is looked at, so callers deciding
-        many nodes can settle those without asking node by node."""
-        allowed: frozenset[str] | None = None
-        for claim in self.preallocated:
-            assert claim.allocation is not None
-            selector = claim.allocation.node_selector
-            if selector is None:
-                continue
-            pinned = pinned_node_names(selector)
-            if pinned is None:
-                return None
-            allowed = pinned if allowed is None else allowed & pinned
-        return allowed
-
-    def unavailable_claim(self, node: NodeInfo) -> ResourceClaim | None:
+    def _unavailable_claim(self, node: NodeInfo) -> ResourceClaim | None:
         """The first pre-allocated claim whose allocation cannot be used on this node (upstream:
         "resourceclaim not available on the node"), else None."""
         for claim in self.preallocated:
@@ -520,10 +588,6 @@ class Allocator:
                     plan = plans[(c, r, sub)]
                     simple.append(_FirstPathStep(c, r, plan.request, plan.count, sub is not None))
             self._simple = simple
-            # The search's steps along its first path: one per device slot plus one per request
-            # end (and one more for a firstAvailable request's choice), one per claim end, and the
-            # final one.
-            self._simple_steps = 1 + len(self.claims) + sum(s.devices + 1 + s.first_available for s in simple)
             self._simple_plain = not any(claim.constraints for claim in self.claims) and not any(
                 s.first_available for s in simple
             )
@@ -557,6 +621,7 @@ class Allocator:
                 [k for k in (build_constraint(x, distinct_supported=distinct) for x in claim.constraints) if k]
                 for claim in self.claims
             ]
+        steps = 0
         for step in simple:
             c, req, count = step.claim, step.request, step.devices
             if per_claim[c] + count > MAX_DEVICES_PER_CLAIM:
@@ -580,12 +645,15 @@ class Allocator:
                 taken.add(dev_id)
                 picks.append((c, req, entry))
                 got += 1
+                steps += 1  # the search's step that fills this slot
                 if got == count:
                     break
             else:
                 return None
             per_claim[c] += count
-        self.search_steps = self._simple_steps
+            steps += 1 + step.first_available  # the request's end (and a firstAvailable choice)
+        # the search then ends each claim and takes its final step
+        self.search_steps = steps + len(self.claims) + 1
         consumed = tuple(entry.id for _, _, entry in picks)
         entries = tuple(tuple(entry for claim, _, entry in picks if claim == c) for c in range(len(self.claims)))
         return Allocation.deferred(

@@ -12,7 +12,7 @@ import structlog
 from aiohttp import web
 
 from extender.core.errors import ExtenderError
-from extender.server.handlers import read_json, sync_request_nodes
+from extender.server.handlers import read_json
 from extender.server.keys import SERVICE
 from extender.server.middleware import json_error, json_response, log_context
 from extender.server.wire import parse_extender_args
@@ -28,7 +28,7 @@ async def explain(request: web.Request) -> web.Response:
     args = parse_extender_args(await read_json(request))
     start = time.perf_counter()
     with log_context(pod=args.pod_key):
-        sync_request_nodes(service, args)
+        service.observe_nodes(args.nodes)
         try:
             answer = service.explain(args.pod, args.node_names)
         except ExtenderError as exc:

@@ -15,7 +15,8 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from extender.core.errors import ExtenderError, InvalidObject
+from extender.core.answers import NOT_SYNCED
+from extender.core.errors import ExtenderError
 from extender.server.keys import FILTER_ANSWERS, METRICS, SERVICE
 from extender.server.middleware import json_body_response, json_response, log_context
 from extender.server.wire import (
@@ -32,7 +33,7 @@ from extender.server.wire import (
     parse_extender_args,
     wire_field,
 )
-from extender.state.service import FilterOutcome, SchedulingService
+from extender.state.service import FilterOutcome
 
 __all__ = [
     "bind",
@@ -42,7 +43,6 @@ __all__ = [
     "prioritize",
     "read_json",
     "readyz",
-    "sync_request_nodes",
 ]
 
 log = structlog.get_logger()
@@ -59,24 +59,6 @@ async def read_json(request: web.Request) -> Any:
         raise BadRequest(f"request body is not valid JSON: {exc}") from exc
 
 
-def sync_request_nodes(service: SchedulingService, args: ExtenderArgs) -> None:
-    """Make the labels of the Node objects a non-nodeCacheCapable request carries visible to node
-    selectors: upsert each node whose labels differ from the stored ones (NodeInfo keeps only
-    labels, so that is the whole check; unchanged nodes cost one dict comparison)."""
-    store = service.store
-    for raw in args.nodes:
-        meta = raw["metadata"]
-        labels = meta.get("labels") or {}
-        stored = store.nodes.get(meta["name"])
-        if stored is not None and stored.labels == labels:
-            continue
-        node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": meta["name"], "labels": labels}}
-        try:
-            store.upsert(node)
-        except InvalidObject as exc:  # labels were type-checked; anything else stays as it was
-            log.warning("node.not_stored", node=meta["name"], reason=exc.reason)
-
-
 def _duration_ms(start: float) -> float:
     return round((time.perf_counter() - start) * 1000, 3)
 
@@ -88,7 +70,7 @@ async def filter_nodes(request: web.Request) -> web.Response:
     start = time.perf_counter()
     with log_context(pod=pod_key):
         try:
-            sync_request_nodes(service, args)
+            service.observe_nodes(args.nodes)
             outcome = await service.filter_and_recover(args.pod, args.node_names)
         except Exception as exc:
             metrics.errors_by("filter", type(exc).__name__).inc()
@@ -152,7 +134,7 @@ async def prioritize(request: web.Request) -> web.Response:
     start = time.perf_counter()
     with log_context(pod=pod_key):
         try:
-            sync_request_nodes(service, args)
+            service.observe_nodes(args.nodes)
             hosts, scores = service.prioritize_columns(args.pod, args.node_names)
         except Exception as exc:
             metrics.errors_by("prioritize", type(exc).__name__).inc()
@@ -200,7 +182,7 @@ async def readyz(request: web.Request) -> web.Response:
     """Readiness: 503 until the backend's caches have synced (every watch listed)."""
     if request.app[SERVICE].backend.synced:
         return json_response({"status": "ready"})
-    return json_response({"status": "not ready", "reason": "cache not synced yet"}, status=503)
+    return json_response({"status": "not ready", "reason": NOT_SYNCED}, status=503)
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -5,8 +5,8 @@ It lives in the state layer because the service depends on it; the implementatio
 pointing downward only.
 
 Two implementations: ``extender.backends.embedded`` (an in-memory cluster loaded from manifests,
-which also plays the resourceclaim controller) and, later, ``extender.backends.kube`` (watches and
-writes through kubernetes-asyncio). The service and the server never know which one they run on.
+which also plays the resourceclaim controller) and ``extender.backends.kube`` (watches and writes
+against an API server). The service and the server never know which one they run on.
 
 Reads go to ``backend.store`` (an ``ObjectStore`` the backend keeps filled). Writes go through
 the async methods below, which behave like the API server: every object carries a
@@ -18,6 +18,7 @@ watch delivers it — updates ``store``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from extender.state.store import ObjectStore
@@ -63,6 +64,12 @@ class Backend(Protocol):
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Create the pod's ``binding`` subresource. WriteConflict when the pod is already bound
         (to any node) or its UID differs (the pod was re-created); ObjectNotFound if absent."""
+        ...
+
+    def observe_nodes(self, raw_nodes: Sequence[Mapping[str, Any]]) -> None:
+        """Node objects a request carried (nodeCacheCapable: false; already type-checked). The
+        embedded backend takes their labels, as the cluster it plays; the kube backend adds only
+        nodes its watch has not shown yet (the watch is the truth for the others)."""
         ...
 
     def observe_pod(self, raw_pod: dict[str, Any]) -> None:

@@ -17,8 +17,9 @@ everything on a DeviceClass change, and the nodes that depend on a pool when an 
 changes: a claim's, or an in-flight ledger entry's (``ObjectStore.set_in_flight``). Nodes register
 the pools their verdict depends on when it is stored.
 
-Errors are never kept (they name the pod's claims and fail the whole attempt); verdicts are either a
-detached ``Allocation`` (the claims fit) or ``(unresolvable, reason)``. The per-node ``DeviceUsage``
+Errors are never kept (they name the pod's claims and fail the whole attempt); verdicts are the
+allocator's answers (``extender.core.answers``): a detached ``Allocation`` (the claims fit), an
+``Unfit`` or an ``Unresolvable``. The per-node ``DeviceUsage``
 and a shape's per-node ``RawScores`` (what prioritize derives from a verdict and the usage) follow
 the same rules. Pure data structure, no I/O.
 """
@@ -30,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.core.allocator import Allocation
+from extender.core.answers import Unfit, Unresolvable
 from extender.core.model import DeviceID
 from extender.core.pools import NodeView
 from extender.core.scoring import DeviceUsage, RawScores
@@ -42,8 +44,8 @@ DEFAULT_MAX_SHAPES = 16
 #: Drops a shape remembers for ``ShapeVerdicts.unknown`` before it starts over.
 _MAX_DROP_LOG = 4096
 
-#: A detached Allocation where the pod fits, else (unresolvable, reason).
-Verdict = Allocation | tuple[bool, str]
+#: A detached Allocation where the pod fits, else why not.
+Verdict = Allocation | Unfit | Unresolvable
 PoolKey = tuple[str, str]
 
 
@@ -95,7 +97,7 @@ class ShapeVerdicts:
 
     def __init__(self) -> None:
         self.by_node: dict[str, Verdict] = {}
-        self.failing: dict[str, tuple[bool, str]] = {}
+        self.failing: dict[str, Unfit | Unresolvable] = {}
         self.failed: dict[str, str] = {}
         self.unresolvable: dict[str, str] = {}
         # node -> the index in ``values`` of its raw scores, per topology attribute: nodes share a
@@ -118,26 +120,27 @@ class ShapeVerdicts:
         if node in self.by_node:  # a replaced verdict is a dropped one: everything derived goes too
             self.drop(node)
         self.by_node[node] = verdict
-        if isinstance(verdict, tuple):
+        if not isinstance(verdict, Allocation):
             self.failing[node] = verdict
             self.failing_version += 1
-            unresolvable, reason = verdict
-            (self.unresolvable if unresolvable else self.failed)[node] = reason
+            (self.unresolvable if isinstance(verdict, Unresolvable) else self.failed)[node] = verdict.reason
 
-    def put_all(self, nodes: Iterable[str], verdict: tuple[bool, str]) -> None:
-        """``put(node, verdict)`` for every node, with C-level dict updates for the usual case of
+    def put_all(self, verdicts: dict[str, Unresolvable]) -> None:
+        """``put`` for every node of ``verdicts``, with C-level dict updates for the usual case of
         nodes without a verdict yet (a shared claim pinned elsewhere: every other node at once)."""
-        nodes = list(nodes)
-        if not self.by_node.keys().isdisjoint(nodes):
-            for node in nodes:
+        if not verdicts:
+            return
+        if not self.by_node.keys().isdisjoint(verdicts):
+            for node, verdict in verdicts.items():
                 self.put(node, verdict)
             return
-        self.by_node.update(dict.fromkeys(nodes, verdict))
-        self.failing.update(dict.fromkeys(nodes, verdict))
-        unresolvable, reason = verdict
-        (self.unresolvable if unresolvable else self.failed).update(dict.fromkeys(nodes, reason))
-        if nodes:
-            self.failing_version += 1
+        self.by_node.update(verdicts)
+        self.failing.update(verdicts)
+        if len(set(map(id, verdicts.values()))) == 1:  # one claim rules them out: the usual case
+            self.unresolvable.update(dict.fromkeys(verdicts, next(iter(verdicts.values())).reason))
+        else:
+            self.unresolvable.update({node: verdict.reason for node, verdict in verdicts.items()})
+        self.failing_version += 1
 
     def drop(self, node: str) -> bool:
         if self.failing.pop(node, None) is not None:

@@ -45,6 +45,7 @@ class FakeService:
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     warmed_up: int = 0
+    observed_nodes: list[str] = field(default_factory=list)
     ledger: InFlightLedger = field(default_factory=InFlightLedger)
     stats: ServiceStats = field(default_factory=ServiceStats)
 
@@ -62,6 +63,9 @@ class FakeService:
         if self.outcome is None:
             return FilterOutcome(list(node_names))
         return self.outcome
+
+    def observe_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
+        self.observed_nodes.extend(n["metadata"]["name"] for n in nodes)  # not a verb: kept out of ``calls``
 
     def warm_up(self) -> dict[str, int]:
         self.warmed_up += 1  # not a verb: kept out of ``calls``

@@ -15,9 +15,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from extender.backends.embedded import EmbeddedBackend
+from extender.core.answers import NOT_AVAILABLE
 from extender.core.errors import ApiUnavailable
 from extender.server import ServerSettings, create_app
-from extender.state.service import NOT_AVAILABLE, SchedulingService
+from extender.state.service import SchedulingService
 from tests.manifests import claim, cluster, pod
 
 Client = TestClient[Any, Any]

@@ -118,18 +118,16 @@ async def test_a_repeated_filter_outcome_is_answered_with_the_same_bytes(
     assert len(written) == 5  # errors are not remembered
 
 
-async def test_nodes_mode_labels_reach_the_store_once(client: Client, fake: FakeService) -> None:
-    store = fake.store
-    sent = node_list("node-1")
-    sent["items"][0]["metadata"]["labels"]["gpu"] = "yes"
+async def test_nodes_mode_hands_the_node_objects_to_the_service(client: Client, fake: FakeService) -> None:
+    """The server writes nothing into the store: the service (its backend) decides what to take
+    of the labels (tests/backends/*: the embedded cluster takes them, the kube backend only for
+    nodes its watch has not shown)."""
+    sent = node_list("node-1", "node-2")
     await post(client, "/filter", {"Pod": pod(), "Nodes": sent})
-    assert store.nodes["node-1"].labels == {"kubernetes.io/hostname": "node-1", "gpu": "yes"}
-    revision = store.revision
-    await post(client, "/filter", {"Pod": pod(), "Nodes": sent})
-    assert store.revision == revision  # unchanged labels: no upsert, caches stay warm
-    sent["items"][0]["metadata"]["labels"]["gpu"] = "no"
     await post(client, "/prioritize", {"Pod": pod(), "Nodes": sent})
-    assert store.nodes["node-1"].labels["gpu"] == "no"
+    await post(client, "/filter", {"Pod": pod(), "NodeNames": ["node-1"]})  # names only: nothing to observe
+    assert fake.observed_nodes == ["node-1", "node-2", "node-1", "node-2"]
+    assert not fake.store.nodes
 
 
 async def test_filter_error_is_http_200(client: Client, fake: FakeService) -> None:

@@ -20,6 +20,7 @@ import pytest
 from bench import cluster_gen as gen
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.allocator import Allocation, Allocator
+from extender.core.answers import NOT_AVAILABLE, Unfit, Unresolvable
 from extender.core.errors import ExtenderError
 from extender.core.model import AllocatedState, AllocationResult, DeviceID, DeviceResult, Features
 from extender.core.pools import SliceSnapshot
@@ -41,8 +42,9 @@ SPEC = gen.ClusterSpec(
 
 def fresh_allocator(svc: SchedulingService, claims: Any) -> Allocator:
     """An allocator over the store's claims plus the ledger's entries, built the plain way (not
-    from the store's incrementally kept in-use state, which is under test too)."""
-    svc._refresh()
+    from the store's incrementally kept in-use state, which is under test too), that runs the
+    full search on every node (not the shortcuts the service's answers may come from)."""
+    svc.cluster.refresh()
     return Allocator(
         claims.to_allocate,
         classes=svc.store.classes,
@@ -51,48 +53,46 @@ def fresh_allocator(svc: SchedulingService, claims: Any) -> Allocator:
         features=svc.features,
         selectors=svc.store.selectors,
         preallocated=claims.allocated,
+        shortcuts=False,
     )
 
 
 def fresh_filter(svc: SchedulingService, pod: dict[str, Any], names: list[str]) -> Any:
     """(passed, failed, unresolvable, error, per-node picks) computed without the FitCache."""
     try:
-        claims = resolve_pod_claims(svc._pod_for(pod), svc.store, svc.ledger)
+        claims = resolve_pod_claims(svc.cluster.pod(pod), svc.store, svc.ledger)
         if not claims.all:
             return list(names), {}, {}, "", {}
         allocator = fresh_allocator(svc, claims)
-        nodes = [svc.store.node(n) for n in names]
-        outcomes = allocator.allocate_many(nodes)
         passed: list[str] = []
         failed: dict[str, str] = {}
         unresolvable: dict[str, str] = {}
         picks: dict[str, Any] = {}
-        for node, outcome in zip(nodes, outcomes, strict=True):
-            if isinstance(outcome, Allocation):
-                passed.append(node.name)
-                picks[node.name] = (outcome.consumed_devices, outcome.chosen_subrequests, outcome.picked_ids)
-            elif outcome is None:
-                is_unresolvable, reason = svc._why_not(allocator, node)
-                (unresolvable if is_unresolvable else failed)[node.name] = reason
+        for name in names:
+            answer = allocator.answer(svc.store.node(name))  # one node at a time, the full search
+            if isinstance(answer, Allocation):
+                passed.append(name)
+                picks[name] = (answer.consumed_devices, answer.chosen_subrequests, answer.picked_ids)
             else:
-                unresolvable[node.name] = outcome.reason
+                (unresolvable if isinstance(answer, Unresolvable) else failed)[name] = answer.reason
         return passed, failed, unresolvable, "", picks
     except ExtenderError as exc:
         return [], {}, {}, exc.reason, {}
 
 
 def fresh_scores(svc: SchedulingService, pod: dict[str, Any], names: list[str]) -> list[tuple[str, int]]:
-    claims = resolve_pod_claims(svc._pod_for(pod), svc.store, svc.ledger)
+    claims = resolve_pod_claims(svc.cluster.pod(pod), svc.store, svc.ledger)
     if not claims.all:
         return [(n, 0) for n in names]
     allocator = fresh_allocator(svc, claims)
-    nodes = [svc.store.node(n) for n in names]
     candidates = []
-    for node, outcome in zip(nodes, allocator.allocate_many(nodes), strict=True):
-        if isinstance(outcome, Allocation):
+    for name in names:
+        node = svc.store.node(name)
+        answer = allocator.answer(node)
+        if isinstance(answer, Allocation):
             usage = node_device_usage(allocator.snapshot, node, allocator.allocated, svc.features)
-            candidates.append(ScoringCandidate(outcome, usage))
-    scores = score_candidates(candidates, svc._policy_for(pod))
+            candidates.append(ScoringCandidate(answer, usage))
+    scores = score_candidates(candidates, svc.policy_for(pod))
     return [(n, scores.get(n, 0)) for n in names]
 
 
@@ -100,9 +100,9 @@ def cached_filter(svc: SchedulingService, pod: dict[str, Any], names: list[str])
     outcome = svc.filter(pod, names)
     picks: dict[str, Any] = {}
     if not outcome.error:
-        claims = resolve_pod_claims(svc._pod_for(pod), svc.store, svc.ledger)
+        claims = resolve_pod_claims(svc.cluster.pod(pod), svc.store, svc.ledger)
         if claims.all:
-            verdicts = svc._verdicts(claims, svc._candidates(names))
+            verdicts = svc.verdicts.verdicts(claims, svc.verdicts.candidates(names))
             for name in outcome.node_names:
                 verdict = verdicts.by_node[name]
                 assert isinstance(verdict, Allocation)
@@ -181,12 +181,12 @@ def hold_in_flight(svc: SchedulingService, pods: list[dict[str, Any]], names: li
     """A bind in progress: its devices are in the ledger, not yet in the store."""
     for pod in pods:
         try:
-            claims = resolve_pod_claims(svc._pod_for(pod), svc.store, svc.ledger)
+            claims = resolve_pod_claims(svc.cluster.pod(pod), svc.store, svc.ledger)
         except ExtenderError:
             continue
         if not claims.to_allocate:
             continue
-        allocator = svc._allocator(claims)
+        allocator = svc.cluster.allocator(claims)
         for name in names:
             allocation = allocator.allocate(svc.store.node(name))
             if allocation is not None:
@@ -292,8 +292,8 @@ def _view_with_pool(driver: str, pool: str) -> Any:
 
 def test_shapes_are_forgotten_least_recently_used_first() -> None:
     fits = FitCache(max_shapes=2)
-    fits.table("a").put("node-1", (False, "x"))
-    fits.table("b").put("node-1", (False, "x"))
+    fits.table("a").put("node-1", Unfit("x"))
+    fits.table("b").put("node-1", Unfit("x"))
     fits.table("a")  # used again: "b" is now the oldest
     fits.table("c")
     assert "node-1" in fits.table("a").by_node
@@ -309,13 +309,13 @@ def test_pool_invalidation_drops_exactly_the_dependent_nodes() -> None:
     view_b = _view_with_pool("driver-a", "pool-b")
     for node, view in (("node-a", view_a), ("node-b", view_b)):
         fits.depends(node, view)
-        table.put(node, (False, "cannot allocate all claims"))
+        table.put(node, Unfit("cannot allocate all claims"))
     fits.drop_devices([DeviceID("driver-a", "pool-a", "device-1")])
     assert set(table.by_node) == set(table.failing) == {"node-b"}
     fits.drop_devices([DeviceID("driver-a", "pool-a", "device-1")])  # nobody depends on it any more
     assert set(table.by_node) == {"node-b"}
     fits.depends("node-a", view_a)  # registers again after it was dropped
-    table.put("node-a", (False, "x"))
+    table.put("node-a", Unfit("x"))
     fits.drop_pools([("driver-a", "pool-a")])
     assert set(table.by_node) == {"node-b"}
     fits.drop_nodes(["node-b"])
@@ -397,14 +397,14 @@ def test_a_second_holder_of_a_device_in_exclusive_use_changes_nothing() -> None:
 
 def test_shape_verdicts_keep_the_filter_maps_and_coverage_current() -> None:
     table = FitCache().table("shape")
-    table.put("a", (False, "cannot allocate all claims"))
-    table.put("b", (True, "no device of the class"))
+    table.put("a", Unfit("cannot allocate all claims"))
+    table.put("b", Unresolvable("no device of the class"))
     assert table.failed == {"a": "cannot allocate all claims"} and table.unresolvable == {"b": "no device of the class"}
-    table.put("a", (True, "not available"))  # a verdict replaced in place
+    table.put("a", Unresolvable("not available"))  # a verdict replaced in place
     assert table.failed == {} and table.unresolvable == {"a": "not available", "b": "no device of the class"}
     everyone = {"a", "b", "c"}
     assert table.unknown(7, everyone) == {"c"}  # not covered yet: looked up node by node
-    table.put("c", (False, "x"))
+    table.put("c", Unfit("x"))
     table.mark_covered(7)
     assert table.unknown(7, everyone) == set()
     assert not table.drop("missing") and table.unknown(7, everyone) == set()
@@ -413,30 +413,30 @@ def test_shape_verdicts_keep_the_filter_maps_and_coverage_current() -> None:
     assert table.unknown(7, {"a", "b"}) == {"b"}
     assert table.unknown(8, {"a", "b"}) == {"b"}  # another list, never covered
     assert table.unresolvable == {"a": "not available"} and table.failing.keys() == {"a"}
-    table.put("b", (False, "y"))
+    table.put("b", Unfit("y"))
     assert table.unknown(7, everyone) == {"c"}  # b is known again
     mark = table.drops
     table.raw_scores(None)["b"] = 0
-    table.put("b", (True, "z"))  # replaced in place: logged as dropped, its raw scores gone
+    table.put("b", Unresolvable("z"))  # replaced in place: logged as dropped, its raw scores gone
     assert table.dropped_since(mark) == ["b"] and table.raw_scores(None) == {}
     assert table.unresolvable["b"] == "z" and "b" not in table.failed
     table.drop("a")
-    assert table.failing == {"b": (True, "z")} and table.failed == {} and table.unresolvable == {"b": "z"}
+    assert table.failing == {"b": Unresolvable("z")} and table.failed == {} and table.unresolvable == {"b": "z"}
 
 
 def test_a_long_drop_log_starts_over() -> None:
     table = FitCache().table("shape")
     names = {f"n{i}" for i in range(3)}
     for name in names:
-        table.put(name, (False, "x"))
+        table.put(name, Unfit("x"))
     table.mark_covered(1)
     for _ in range(3000):  # more drops than the log keeps
         for name in sorted(names):
             table.drop(name)
-            table.put(name, (False, "x"))
+            table.put(name, Unfit("x"))
     table.drop("n1")
     assert table.unknown(1, names) == {"n1"}
-    table.put("n1", (False, "x"))
+    table.put("n1", Unfit("x"))
     table.mark_covered(1)
     table.drop("n2")
     assert table.unknown(1, names) == {"n2"}
@@ -446,16 +446,20 @@ def test_put_all_equals_one_put_per_node() -> None:
     def state(table: Any) -> tuple[Any, ...]:
         return (table.by_node, table.failing, table.failed, table.unresolvable, table.drops)
 
-    for verdict in ((True, "not available"), (False, "cannot allocate all claims")):
+    for verdicts in (
+        dict.fromkeys(["b", "c"], Unresolvable(NOT_AVAILABLE, "default/c1")),  # one claim rules them out
+        {"b": Unresolvable(NOT_AVAILABLE, "default/c1"), "c": Unresolvable(NOT_AVAILABLE, "default/c2")},
+    ):
         bulk, single = FitCache().table("s"), FitCache().table("s")
         for table in (bulk, single):
-            table.put("a", (False, "x"))
+            table.put("a", Unfit("x"))
         before = bulk.failing_version
-        bulk.put_all(iter(["b", "c"]), verdict)  # new nodes: the bulk way
-        for node in ("b", "c"):
+        bulk.put_all(verdicts)  # new nodes: the bulk way
+        for node, verdict in verdicts.items():
             single.put(node, verdict)
         assert state(bulk) == state(single) and bulk.failing_version > before
-        bulk.put_all(["a", "d"], verdict)  # "a" has a verdict: one put each
-        for node in ("a", "d"):
+        again = {"a": verdicts["b"], "d": verdicts["c"]}
+        bulk.put_all(again)  # "a" has a verdict: one put each
+        for node, verdict in again.items():
             single.put(node, verdict)
         assert state(bulk) == state(single)

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from extender.backends.embedded import EmbeddedBackend
+from extender.core.answers import CANNOT_ALLOCATE
 from extender.core.errors import Transient
 from extender.core.scoring import ScoringPolicy
 from extender.state.ledger import InFlightLedger
-from extender.state.service import CANNOT_ALLOCATE, SchedulingService
+from extender.state.service import SchedulingService
 from tests.manifests import claim, cluster, pod
 
 NODES = ["node-1", "node-2", "node-3"]

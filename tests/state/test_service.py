@@ -15,14 +15,9 @@ from typing import Any
 import pytest
 
 from extender.backends.embedded import EmbeddedBackend
+from extender.core.answers import CANNOT_ALLOCATE, NO_CLASS_DEVICES, NOT_AVAILABLE
 from extender.core.errors import ApiUnavailable, DoesNotFit, ExtenderError, WriteConflict
-from extender.state.service import (
-    CANNOT_ALLOCATE,
-    DELETE_PROTECTION_FINALIZER,
-    NO_CLASS_DEVICES,
-    NOT_AVAILABLE,
-    SchedulingService,
-)
+from extender.state.service import DELETE_PROTECTION_FINALIZER, SchedulingService
 from tests.manifests import claim, cluster, gpu_slice, node, pod, template
 
 
@@ -284,51 +279,52 @@ def test_prioritize_and_later_pods_reuse_remembered_verdicts_until_a_node_change
     # Without holds: a hold is a node change of its own (tests/state/test_holds.py).
     svc = service(cluster(claim("c1"), claim("c2"), pod("p", "c1"), pod("q", "c2"), nodes=2, gpus=2), hold_seconds=0)
     calls = []
-    original = svc._allocator_now
+    original = svc.cluster.allocator
 
-    def counting(claims: Any) -> Any:
-        allocator = original(claims)
-        real = allocator.allocate_many
+    def counting(claims: Any, *, refresh: bool = True) -> Any:
+        allocator = original(claims, refresh=refresh)
+        real = allocator.answer_many
 
-        def many(nodes: Any) -> Any:
-            calls.append([n.name for n in nodes])
-            return real(nodes)
+        def many(names: Any, node: Any) -> Any:
+            calls.append(sorted(names))  # the nodes the allocator was asked about
+            return real(names, node)
 
-        allocator.allocate_many = many  # type: ignore[method-assign]
+        allocator.answer_many = many  # type: ignore[method-assign]
         return allocator
 
-    svc._allocator_now = counting  # type: ignore[method-assign]
+    svc.cluster.allocator = counting  # type: ignore[method-assign]
+    misses = svc.store.fits.stats
     fresh = dict(svc.prioritize(pod("p", "c1"), NODES))
-    assert calls == [NODES]
+    assert calls == [NODES] and misses.misses == 2
     assert svc.filter(pod("p", "c1"), NODES).node_names == NODES
     assert dict(svc.prioritize(pod("p", "c1"), NODES)) == fresh
     assert dict(svc.prioritize(pod("q", "c2"), NODES)) == fresh  # c2's spec is c1's: the same shape
-    assert calls == [NODES]
+    assert calls == [NODES] and misses.misses == 2
     svc.backend.apply(gpu_slice("node-3", 1))  # type: ignore[attr-defined]
     svc.filter(pod("p", "c1"), NODES)  # node-3 is not asked about
     assert calls == [NODES]
     svc.backend.apply(gpu_slice("node-1", 3))  # type: ignore[attr-defined]
     svc.filter(pod("p", "c1"), NODES)
-    assert calls == [NODES, ["node-1"]]
+    assert calls == [NODES, ["node-1"]] and misses.misses == 3
 
 
 def test_candidate_lists_are_canonicalised_and_remembered_by_content() -> None:
     svc = service(cluster(claim("c1"), pod("p", "c1"), nodes=3))
     names = ["node-1", "node-2", "node-3"]
-    first = svc._candidates(["".join(n) for n in names])  # fresh string objects, as from a request
+    first = svc.verdicts.candidates(["".join(n) for n in names])  # fresh string objects, as from a request
     assert first.names == names and first.unique == set(names)
     assert all(a is b.name for a, b in zip(first.names, (svc.store.nodes[n] for n in names), strict=True))
-    assert svc._candidates(list(names)) is first  # equal content: the same entry
-    survivors = svc._candidates(names[:2])
+    assert svc.verdicts.candidates(list(names)) is first  # equal content: the same entry
+    survivors = svc.verdicts.candidates(names[:2])
     assert survivors is not first and survivors.serial != first.serial
     # a list whose joined key would be ambiguous is answered but not remembered
     odd = ["node-1\x00node-2", "node-3"]
-    assert svc._candidates(odd).names == odd
-    assert svc._candidates(odd) is not svc._candidates(odd)
-    assert svc._candidates(["node-1", "node-2\x00node-3"]).names == ["node-1", "node-2\x00node-3"]
+    assert svc.verdicts.candidates(odd).names == odd
+    assert svc.verdicts.candidates(odd) is not svc.verdicts.candidates(odd)
+    assert svc.verdicts.candidates(["node-1", "node-2\x00node-3"]).names == ["node-1", "node-2\x00node-3"]
     for i in range(10):  # only a few lists are kept
-        svc._candidates([*names[: i % 3 + 1], f"extra-{i}"])
-    assert svc._candidates(list(names)) is not first
+        svc.verdicts.candidates([*names[: i % 3 + 1], f"extra-{i}"])
+    assert svc.verdicts.candidates(list(names)) is not first
 
 
 def test_filter_answers_failed_nodes_from_remembered_maps_and_keeps_them_current() -> None:

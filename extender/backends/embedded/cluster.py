@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import random
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import orjson
+import structlog
 
 from extender.core.errors import InvalidObject, ObjectNotFound, WriteConflict
 from extender.manifests import load_manifests
@@ -42,6 +43,8 @@ _COMPACT_KINDS = frozenset({"ResourceSlice"})
 _STORE_KEEPS_RAW = frozenset({"ResourceClaim", "ResourceClaimTemplate", "Pod"})
 
 __all__ = ["EmbeddedBackend", "Listener"]
+
+log = structlog.get_logger()
 
 #: Called after every change with ("ADDED" | "MODIFIED" | "DELETED", a copy of the object).
 Listener = Callable[[str, dict[str, Any]], None]
@@ -181,6 +184,25 @@ class EmbeddedBackend:
         conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": self._clock()})
         new["status"]["conditions"] = conditions
         self._commit(new, "MODIFIED")
+
+    def observe_nodes(self, raw_nodes: Sequence[Mapping[str, Any]]) -> None:
+        """Take the labels of the Node objects a request carried, as the cluster it plays: a node
+        whose labels differ is written (created if new); an unchanged one costs a comparison."""
+        for raw in raw_nodes:
+            meta = raw.get("metadata") or {}
+            name, labels = meta.get("name"), meta.get("labels") or {}
+            if not isinstance(name, str) or not name:
+                continue
+            stored = self.store.nodes.get(name)
+            if stored is not None and stored.labels == labels:
+                continue
+            node = self.get("Node", None, name) or {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+            node["metadata"]["labels"] = dict(labels)
+            node["metadata"].pop("resourceVersion", None)
+            try:
+                self.apply(node)
+            except (InvalidObject, WriteConflict) as exc:
+                log.warning("node.not_stored", node=name, reason=exc.reason)
 
     def observe_pod(self, raw_pod: dict[str, Any]) -> None:
         """Remember a pod from a scheduler request and create its template claims.

@@ -25,14 +25,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import structlog
 
-from extender.core.errors import ExtenderError, ObjectNotFound
+from extender.core.errors import ExtenderError, InvalidObject, ObjectNotFound
 from extender.state.store import ObjectStore
 
 from .client import ClientSettings, KubeClient
@@ -339,6 +339,20 @@ class KubeBackend:
             exc.node = exc.node or node
             self.pod_event(namespace, name, uid, kind="Warning", reason="FailedBinding", message=exc.reason)
             raise
+
+    def observe_nodes(self, raw_nodes: Sequence[Mapping[str, Any]]) -> None:
+        """Nodes the node watch has not shown yet get the request's labels until it does (the
+        watch's copy then replaces them); the watch's labels win for every other node."""
+        for raw in raw_nodes:
+            meta = raw.get("metadata") or {}
+            name = meta.get("name")
+            if not isinstance(name, str) or not name or name in self.store.nodes:
+                continue
+            node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": meta.get("labels") or {}}}
+            try:
+                self.store.upsert(node)
+            except InvalidObject as exc:
+                log.warning("node.not_stored", node=name, reason=exc.reason)
 
     def observe_pod(self, raw_pod: dict[str, Any]) -> None:
         """Nothing to do: the pod watch sees every pod."""

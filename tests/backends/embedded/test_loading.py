@@ -175,3 +175,18 @@ def test_template_and_pod_from_manifests(tmp_path: Path) -> None:
     assert set(backend.store.templates) == {"default/gpu-template"}
     assert len(backend.store.claims) == 1
     assert backend.store.pods["default/pod-0"]["status"]["resourceClaimStatuses"][0]["name"] == "gpu"
+
+
+def test_node_labels_from_a_request_are_taken_once() -> None:
+    from extender.backends.embedded import EmbeddedBackend
+
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-1", "labels": {"a": "1"}}}
+    backend = EmbeddedBackend([node])
+    sent = [{"metadata": {"name": "node-1", "labels": {"a": "1", "gpu": "yes"}}}, {"metadata": {"name": "node-9"}}]
+    backend.observe_nodes(sent)
+    assert backend.store.nodes["node-1"].labels == {"a": "1", "gpu": "yes"}
+    assert backend.get("Node", None, "node-1")["metadata"]["labels"] == {"a": "1", "gpu": "yes"}  # type: ignore[index]
+    assert "node-9" in backend.store.nodes  # a node only the request knows
+    revision = backend.store.revision
+    backend.observe_nodes(sent)
+    assert backend.store.revision == revision  # unchanged labels: no write, caches stay warm

@@ -369,3 +369,14 @@ def _runs_our_code(task: asyncio.Task[Any]) -> bool:
     tasks, still serving its watch streams, are not ours)."""
     code = getattr(task.get_coro(), "cr_code", None)
     return code is not None and "/extender/" in code.co_filename
+
+
+async def test_request_node_labels_never_override_the_watch(fake: FakeApiServer, stack: Any) -> None:
+    backend, service = await stack(*m.cluster())
+    watched = dict(backend.store.nodes["node-1"].labels)
+    stale = {"metadata": {"name": "node-1", "labels": {"stale": "copy"}}}
+    service.observe_nodes([stale, {"metadata": {"name": "node-7", "labels": {"x": "1"}}}])
+    assert backend.store.nodes["node-1"].labels == watched  # the watch's labels win
+    assert backend.store.nodes["node-7"].labels == {"x": "1"}  # not watched yet: taken until it is
+    fake.put_object({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-7", "labels": {"x": "2"}}})
+    await until(lambda: backend.store.nodes["node-7"].labels == {"x": "2"})

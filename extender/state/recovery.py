@@ -1,0 +1,63 @@
+"""What upstream's PostFilter does for DRA when no node fits (docs/allocator.md): a claim of the pod
+allocated on other nodes and reserved for nobody else is deallocated, so that the pod's next
+attempt allocates it afresh. An extender has no PostFilter; without this such pods would stay
+stuck."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import structlog
+
+from extender.core.allocator import Allocator
+from extender.core.answers import Unresolvable
+from extender.core.errors import ExtenderError
+from extender.core.model import ResourceClaim
+from extender.state.claim_writes import deallocate
+from extender.state.claims import pod_identity
+from extender.state.cluster import ClusterView
+
+__all__ = ["deallocate_stuck_claim", "stuck_claim"]
+
+log = structlog.get_logger()
+
+
+def stuck_claim(cluster: ClusterView, pod: Mapping[str, Any], node_names: Sequence[str]) -> ResourceClaim | None:
+    """The pod's allocated claim that rules out some of ``node_names`` and that only this pod may
+    use, if there is one (an unbound pod only)."""
+    try:
+        pod = cluster.pod(pod)
+        claims = cluster.claims(pod, from_templates=False)
+    except ExtenderError:
+        return None
+    if (pod.get("spec") or {}).get("nodeName"):
+        return None
+    uid = claims.pod_uid
+    allocator = cluster.allocator(claims)
+    nodes = [cluster.store.node(name) for name in node_names]
+    for claim in claims.allocated:
+        if any(ref.uid != uid for ref in claim.reserved_for):
+            continue  # in use by another consumer: never take it away
+        probe = Allocator(
+            [], classes={}, snapshot=allocator.snapshot, allocated=allocator.allocated, preallocated=[claim]
+        )
+        if any(isinstance(probe.answer(node), Unresolvable) for node in nodes):
+            return claim
+    return None
+
+
+async def deallocate_stuck_claim(
+    cluster: ClusterView, pod: Mapping[str, Any], node_names: Sequence[str]
+) -> ResourceClaim | None:
+    """Deallocate ``stuck_claim``'s claim; returns it, or None if there was none or the write failed."""
+    stuck = stuck_claim(cluster, pod, node_names)
+    if stuck is None:
+        return None
+    try:
+        await deallocate(cluster.backend, stuck, pod_identity(pod)[2])
+    except ExtenderError as exc:
+        log.warning("filter.deallocation_failed", claim=stuck.key, reason=exc.reason)
+        return None
+    log.info("filter.deallocated", pod=pod_identity(pod)[1], claim=stuck.key)
+    return stuck

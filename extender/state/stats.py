@@ -1,0 +1,32 @@
+"""Counters of the scheduling service, read by the server's metrics (``server/metrics.py``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["ServiceStats"]
+
+
+@dataclass(slots=True)
+class ServiceStats:
+    """Counters the server exports as metrics."""
+
+    allocations: int = 0  # claims allocated by successful binds
+    binds_ok: int = 0
+    binds_failed: dict[str, int] = field(default_factory=dict)  # by error class name
+    #: tentative holds by what became of them: placed, kept (bind chose the held node), moved
+    #: (bind chose another), dropped (the pod's next filter), expired
+    holds: dict[str, int] = field(default_factory=dict)
+    #: seconds from a hold to its pod's bind, summed, and how many binds found a hold
+    hold_age_seconds: float = 0.0
+    hold_age_max_seconds: float = 0.0
+    holds_settled: int = 0
+    #: binds that waited for the resourceclaim controller, and the seconds they waited
+    claim_waits: int = 0
+    claim_wait_seconds: float = 0.0
+
+    def count_hold(self, outcome: str, n: int = 1) -> None:
+        self.holds[outcome] = self.holds.get(outcome, 0) + n
+
+    def count_bind_failure(self, kind: str) -> None:
+        self.binds_failed[kind] = self.binds_failed.get(kind, 0) + 1

@@ -1,0 +1,254 @@
+"""The verdict cache behind filter and prioritize: candidate lists, per-shape verdicts, filter answer
+memos and score columns, over ``state/fits.py``'s remembered verdicts.
+
+``VerdictCache`` has four questions, each asked once per request:
+
+- ``candidates(names)``: the request's node names as the store's own string objects, remembered
+  by content (kube-scheduler sends the same lists again and again);
+- ``verdicts(claims, candidates)``: the pod shape's verdict on every candidate, from what is
+  remembered, with the allocator (``Allocator.answer_many``) asked about the other nodes only;
+- ``filter_outcome(verdicts, candidates)``: the filter answer, the same object while no candidate
+  started or stopped failing;
+- ``score_codes(verdicts, candidates, attribute)``: per candidate the code of its raw scores, kept
+  per candidate list and patched with the nodes dropped since.
+
+docs/performance.md ("what dominates each curve") says why each of these exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import astuple, dataclass, field
+from itertools import count, filterfalse
+
+from extender.core.allocator import Allocation
+from extender.core.answers import Unresolvable
+from extender.core.model import Features
+from extender.core.scoring import DeviceUsage, ScoringCandidate, node_device_usage, raw_scores
+from extender.state.claims import PodClaims
+from extender.state.cluster import ClusterView
+from extender.state.fits import ShapeVerdicts
+
+__all__ = ["Candidates", "FilterOutcome", "VerdictCache"]
+
+#: Candidate lists kept: the full list for filter, survivors for prioritize.
+_RECENT_CANDIDATE_LISTS = 4
+#: Joins a candidate list into one key (``candidates``); node names never contain it.
+_SEPARATOR = "\x00"
+_SERIALS = count()
+
+
+@dataclass(slots=True)
+class FilterOutcome:
+    """What filter answers. The service may hand the same outcome to several requests (a pod of
+    the same shape while no node started or stopped failing): callers read it, never change it."""
+
+    node_names: list[str]
+    failed: dict[str, str] = field(default_factory=dict)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+    error: str = ""
+
+
+class Candidates:
+    """A request's candidate nodes as the store's string objects (``VerdictCache.candidates``):
+    the list, the set, and a serial number that no other list gets, under which shapes remember
+    what they know of this list (``ShapeVerdicts.unknown``, ``answers``, ``columns``)."""
+
+    __slots__ = ("_positions", "names", "serial", "unique")
+
+    def __init__(self, names: list[str]) -> None:
+        self.names = names
+        self.unique = set(names)
+        self.serial = next(_SERIALS)
+        self._positions: dict[str, int] | None = None
+
+    def positions(self) -> dict[str, int]:
+        """Name -> its index in ``names`` (the last one, for a name listed twice)."""
+        if self._positions is None:
+            self._positions = {name: i for i, name in enumerate(self.names)}
+        return self._positions
+
+
+class VerdictCache:
+    """See the module docstring."""
+
+    def __init__(self, cluster: ClusterView, features: Features) -> None:
+        self.cluster = cluster
+        self.store = cluster.store
+        self.features = features
+        # Part of every pod shape key: a tuple hashes in C, the frozen dataclass in Python.
+        self._features_key = astuple(features)
+        self._recent: dict[str, Candidates] = {}
+
+    # --- candidate lists -----------------------------------------------------------------------
+
+    def candidates(self, node_names: Sequence[str]) -> Candidates:
+        """The request's node names as the store's own string objects, as a list and a set.
+
+        kube-scheduler sends the same candidate list again and again, as fresh strings: hashing
+        them and comparing them with the remembered keys cost more than the rest of a remembered
+        filter (the remembered strings are spread over the heap, one cache miss each). A list
+        equal to a recent one is answered with that one's objects (whose hashes are cached and
+        which *are* the keys of the FitCache). Recent lists are found by the names joined into one
+        string, which is built from the freshly parsed (cache-hot) names and compared in one
+        ``memcmp``; a list whose names contain the separator is not remembered (node names never
+        do), and one that joins like a remembered list but has another length is not that list."""
+        joined = _SEPARATOR.join(node_names)
+        recent = self._recent
+        entry = recent.get(joined)
+        # Remembered lists have no separator in their names; with as many names, neither has this
+        # one, so the two lists are equal.
+        if entry is not None and len(entry.names) == len(node_names):
+            return entry
+        known = self.store.nodes
+        names = [name if (info := known.get(name)) is None else info.name for name in node_names]
+        entry = Candidates(names)
+        if joined.count(_SEPARATOR) == max(0, len(names) - 1):  # else two lists could join alike
+            recent[joined] = entry
+            if len(recent) > _RECENT_CANDIDATE_LISTS:
+                del recent[next(iter(recent))]  # the oldest
+        return entry
+
+    # --- verdicts ------------------------------------------------------------------------------
+
+    def shape(self, claims: PodClaims) -> Hashable | None:
+        """What the allocator's verdict on a node depends on, of the pod: its claims' specs and the
+        node selectors of its allocated claims (and the feature gates, in case two services share
+        a store). None when a claim's spec is unknown."""
+        specs: list[bytes] = []
+        for claim in claims.to_allocate:
+            spec = self.store.claim_specs.get(claim.key) or claims.provisional.get(claim.key)
+            if spec is None:
+                return None
+            specs.append(spec)
+        selectors = tuple(c.allocation.node_selector for c in claims.allocated if c.allocation is not None)
+        return self._features_key, tuple(specs), selectors
+
+    def verdicts(self, claims: PodClaims, candidates: Candidates) -> ShapeVerdicts:
+        """Per node: a detached Allocation (the claims fit), an ``Unfit`` or an ``Unresolvable``.
+        Verdicts come from the FitCache where remembered; the allocator runs for the other nodes
+        only. Raises the ExtenderError that fails the whole attempt. Every candidate has a verdict
+        after."""
+        self.cluster.refresh()
+        fits = self.store.fits
+        shape = self.shape(claims)
+        # A pod whose claims are all allocated already is answered from their node selectors at
+        # little cost (``AnswerSet.elsewhere``); remembering one shape per shared claim would crowd
+        # the templates' shapes out of the FitCache and make every invalidation visit more tables.
+        remember = shape is not None and bool(claims.to_allocate)
+        table = fits.table(shape) if remember else ShapeVerdicts()
+        unknown = table.unknown(candidates.serial, candidates.unique)
+        fits.stats.hits += len(candidates.names) - len(unknown)
+        if unknown:
+            fits.stats.misses += len(unknown)
+            answers = self.cluster.allocator(claims, refresh=False).answer_many(unknown, self.store.node)
+            if answers.elsewhere:
+                table.put_all(answers.elsewhere)  # decided from the claims' node names alone
+            snapshot = self.store.snapshot()
+            for name, answer in answers.decided.items():
+                view = snapshot.cached_view(self.store.node(name), self.features)
+                if view is not None:  # else decided from the node's labels alone
+                    fits.depends(name, view)
+                table.put(name, answer.detached() if isinstance(answer, Allocation) else answer)
+        table.mark_covered(candidates.serial)
+        return table
+
+    def filter_outcome(self, verdicts: ShapeVerdicts, candidates: Candidates) -> FilterOutcome:
+        """The filter answer from the verdicts (C-level set and dict work only: it is per node)."""
+        node_names, unique, failing = candidates.names, candidates.unique, verdicts.failing
+        if len(verdicts.by_node) != len(unique):  # the table knows more nodes than were asked about
+            rejected = failing.keys() & unique
+            result = FilterOutcome(list(filterfalse(rejected.__contains__, node_names)))
+            for name in sorted(rejected):
+                answer = failing[name]
+                (result.unresolvable if isinstance(answer, Unresolvable) else result.failed)[name] = answer.reason
+            return result
+        # The answer only depends on which candidates fail and why: while that stays as it was (a
+        # bind usually leaves its node with room), the last answer is the answer.
+        answered = verdicts.answers.get(candidates.serial)
+        if answered is not None and answered[0] == verdicts.failing_version:
+            outcome: FilterOutcome = answered[1]
+            return outcome
+        outcome = FilterOutcome(
+            list(filterfalse(failing.__contains__, node_names)) if failing else list(node_names),
+            failed=verdicts.failed.copy(),
+            unresolvable=verdicts.unresolvable.copy(),
+        )
+        if len(verdicts.answers) >= 8:
+            verdicts.answers.clear()
+        verdicts.answers[candidates.serial] = (verdicts.failing_version, outcome)
+        return outcome
+
+    # --- scores --------------------------------------------------------------------------------
+
+    def score_codes(self, verdicts: ShapeVerdicts, candidates: Candidates, attribute: str | None) -> list[int | None]:
+        """Per candidate, in list order: the code of its raw scores (``ShapeVerdicts.code``), None
+        where the pod does not fit. Kept per candidate list and brought up to date from the nodes
+        dropped since (a bind drops one or two), so that a repeated prioritize touches those only.
+        Raises ValueError if a fitting node is listed twice."""
+        key = (attribute, candidates.serial)
+        kept = verdicts.columns.get(key)
+        node_names, names = candidates.names, candidates.unique
+        if kept is not None and len(names) == len(node_names):
+            mark, codes = kept
+            changed = verdicts.dropped_since(mark)
+            if changed is not None:
+                positions = candidates.positions()
+                stale = {name for name in changed if name in positions}
+                if stale:
+                    fresh = self._raw_codes(verdicts, stale.difference(verdicts.failing), attribute)
+                    for name in stale:
+                        codes[positions[name]] = fresh.get(name)
+                verdicts.columns[key] = (verdicts.drops, codes)
+                return codes
+        # Set operations run in C: this is per node. The scheduler asks about the filter's
+        # survivors: usually none of them fails.
+        failing = verdicts.failing
+        fitting = names if names.isdisjoint(failing) else names.difference(failing)
+        if len(names) != len(node_names):
+            twice = sorted({name for name in fitting if node_names.count(name) > 1})
+            if twice:
+                raise ValueError(f"prioritize: node(s) given twice: {', '.join(twice)}")
+        # ``remembered`` may hold nodes this request did not ask about, never a failing one
+        remembered = self._raw_codes(verdicts, fitting, attribute)
+        codes = list(map(remembered.get, node_names))
+        if len(verdicts.columns) >= 8:  # a few candidate lists are current at a time
+            verdicts.columns.clear()
+        verdicts.columns[key] = (verdicts.drops, codes)
+        return codes
+
+    def _raw_codes(self, verdicts: ShapeVerdicts, fitting: set[str], attribute: str | None) -> dict[str, int]:
+        """The shape's remembered raw-score codes (node -> code), with those of ``fitting`` (nodes
+        whose verdict is an Allocation) computed where missing."""
+        remembered = verdicts.raw_scores(attribute)
+        unscored = fitting.difference(remembered)
+        if unscored:
+            usage = self._usage(unscored)
+            for name in unscored:
+                allocation = verdicts.by_node[name]
+                assert isinstance(allocation, Allocation)
+                candidate = ScoringCandidate(allocation, usage[name])
+                remembered[name] = verdicts.code(raw_scores(candidate, attribute))
+        return remembered
+
+    def _usage(self, node_names: Iterable[str]) -> dict[str, DeviceUsage]:
+        """Device usage per node, from the FitCache where remembered."""
+        fits = self.store.fits
+        out: dict[str, DeviceUsage] = {}
+        missing: list[str] = []
+        for name in node_names:
+            usage = fits.usage(name)
+            if usage is None:
+                missing.append(name)
+            else:
+                out[name] = usage
+        if missing:
+            snapshot = self.store.snapshot()
+            allocated = self.store.in_use_state()
+            shared = {share.device for share in allocated.shared_ids}
+            for name in missing:
+                node = self.store.node(name)
+                usage = node_device_usage(snapshot, node, allocated, self.features, shared_devices=shared)
+                fits.remember_usage(name, snapshot.node_view(node, self.features), usage)
+                out[name] = usage
+        return out
