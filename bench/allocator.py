@@ -11,7 +11,7 @@ Scenarios (all inputs from ``tests.builders.synthetic_cluster``, GPU-like device
   the snapshot's per-node pool memo were filled by a previous, untimed pass.
 - ``filter cold``: the same with a fresh SelectorCache and a fresh SliceSnapshot per run (what the
   first filter after every slice changed would pay), CEL evaluation included.
-- ``CEL cold 5 selectors``: spec/libraries.md's selectors S1..S5 over N devices through a fresh
+- ``CEL cold 5 selectors``: five typical class and request selectors (S1..S5) over N devices through a fresh
   SelectorCache: compile + evaluate every device. ``CEL warm lookups``: the same calls again.
 - ``snapshot index``: ``SliceSnapshot(slices)`` for the filter's largest cluster.
 - ``ingest orjson.loads`` / ``ingest decode``: a LIST body of slices parsed, then each item
@@ -49,7 +49,8 @@ from tests import builders as b
 __all__ = ["SELECTORS", "Row", "main", "run"]
 
 D = b.GPU_DRIVER
-#: spec/libraries.md "Measured: compile and eval", S1..S5.
+#: Five typical selectors, S1..S5: driver and model, a quantity comparison, the driver alone, a
+#: semver comparison, and an attribute-presence test with two more comparisons.
 SELECTORS: tuple[str, ...] = (
     f'device.driver == "{D}" && device.attributes["{D}"].model == "a100"',
     f'device.capacity["{D}"].memory.compareTo(quantity("40Gi")) >= 0',

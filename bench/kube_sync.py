@@ -7,7 +7,7 @@ Run from the repository root::
 
 Seeds ``tests.fakes.FakeApiServer`` (in this process, on loopback) with one DeviceClass, one Node
 per slice and N ResourceSlices of D devices each (10 attributes and 2 capacities per device, as
-spec/libraries.md measured), then times ``KubeBackend.start()`` + ``wait_synced()``: discovery,
+as a typical GPU driver publishes), then times ``KubeBackend.start()`` + ``wait_synced()``: discovery,
 the access probe, and five paged LISTs (500 per page) decoded with orjson into the store.
 The fake serves its pages from the same process and core, so its own encoding time is included:
 the figure is an upper bound for the client side. Also prints the ResourceSlice reflector's LIST

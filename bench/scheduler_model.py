@@ -15,7 +15,7 @@ over HTTP, usually):
    without ``prioritize``; else ``prioritize`` over the survivors, ``score x weight x 10`` added to
    the in-tree score model, the highest total wins, ties broken at random or, in the ``worst``
    mode, towards the node chosen most recently (kube-scheduler's own scores favour the node that
-   just got a pod: ``NodeResourcesBalancedAllocation`` 75 against 74, spec §A.10);
+   just got a pod: ``NodeResourcesBalancedAllocation`` 75 against 74, docs/pipeline.md);
 4. *assume* the pod on the node (the in-tree score model counts it there), start its binding
    cycle (``bind``; at most ``binds_in_flight`` at once: the next cycle waits for a free slot) and
    go on with the next pod at once: the next ``filter`` is sent before this pod's ``bind``.

@@ -55,7 +55,7 @@ def configure_logging(fmt: LogFormat | str = "auto", level: str | int = "info") 
         cache_logger_on_first_use=True,
     )
     # cel-python logs every evaluation error it returns as a value at ERROR, and its parser chats
-    # at DEBUG; our selectors report CEL failures themselves (spec/libraries.md).
+    # at DEBUG; our selectors report CEL failures themselves .
     logging.getLogger("celpy").setLevel(logging.CRITICAL)
     # aiohttp's own loggers go through stdlib logging at the same threshold.
     logging.basicConfig(level=numeric, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")

@@ -4,8 +4,8 @@ The pods come from the cluster file the server serves (``--cluster-file``, writt
 ``python -m bench.cluster_gen``): the same pending pods, with the same UIDs, so the server knows their
 claims. Two user classes:
 
-- ``SchedulerUser`` does what kube-scheduler does for one pod (spec/extender-protocol-and-peers.md
-  A.2-A.3, nodeCacheCapable): ``filter`` with every node's name, ``prioritize`` over the survivors (not
+- ``SchedulerUser`` does what kube-scheduler does for one pod (docs/pipeline.md,
+  nodeCacheCapable): ``filter`` with every node's name, ``prioritize`` over the survivors (not
   when exactly one survives), ``bind`` to a best-scored node (ties broken at random, as the scheduler
   does). Each pod is taken once from a queue shared by all users of the process; template, direct and
   shared-claim pods come in the generator's mix.

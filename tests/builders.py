@@ -73,7 +73,7 @@ CLAIM = "claim-0"
 REQUEST = "req-0"
 NAMESPACE = "default"
 
-#: The driver of the synthetic GPU cluster; spec/libraries.md's selectors S1..S5 are written for it.
+#: The driver of the synthetic GPU cluster; bench/allocator.py's selectors S1..S5 are written for it.
 GPU_DRIVER = "gpu.example.com"
 
 CapacityInput = DeviceCapacity | Quantity | str | int

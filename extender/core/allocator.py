@@ -87,7 +87,7 @@ _ONE_DEVICE_PATH_STEPS = 4
 
 
 def tolerates(toleration: DeviceToleration, taint: DeviceTaint) -> bool:
-    """Whether one toleration matches one taint (spec §9)."""
+    """Whether one toleration matches one taint (docs/semantics.md §9)."""
     if toleration.effect and toleration.effect != taint.effect:
         return False
     if toleration.key and toleration.key != taint.key:
@@ -353,7 +353,7 @@ class Allocator:
         )
         self.search_steps = 0
         self.shortcuts = shortcuts
-        # Without All-mode requests, preparing the claims (spec §5) gives the same plans, or the
+        # Without All-mode requests, preparing the claims (docs/semantics.md §5) gives the same plans, or the
         # same fatal error, on every node: do it once.
         self.node_independent = not any(
             spec.allocation_mode == ALLOCATION_MODE_ALL
@@ -864,7 +864,7 @@ class _Search:
         self.plans: dict[tuple[int, int, int | None], _RequestPlan] = {}
         self.chosen: dict[tuple[int, int], int] = {}
 
-    # -- preparation (spec §5) --------------------------------------------------------------
+    # -- preparation (docs/semantics.md §5) --------------------------------------------------------------
 
     def prepare(self) -> None:
         features = self.a.features
@@ -946,10 +946,10 @@ class _Search:
         self.plans[(c, r, s)] = plan
         return plan
 
-    # -- search (spec §6) ------------------------------------------------------------------
+    # -- search (docs/semantics.md §6) ------------------------------------------------------------------
 
     def ensure_plans(self) -> None:
-        """Prepare the claims (spec §5), reusing the node-independent result when there is one."""
+        """Prepare the claims (docs/semantics.md §5), reusing the node-independent result when there is one."""
         a = self.a
         if a.static_plans is not None:
             self.plans = a.static_plans
@@ -1039,7 +1039,7 @@ class _Search:
                 return _MAXSIZE
         return _FAIL
 
-    # -- per-device checks (spec §7.2) ---------------------------------------------------
+    # -- per-device checks (docs/semantics.md §7.2) ---------------------------------------------------
 
     def capacity_ok(self, req: _Request, entry: DeviceEntry) -> bool:
         device = entry.device
@@ -1168,7 +1168,7 @@ class _Search:
             for c, claim in enumerate(self.claims)
         )
 
-    # -- results (spec §12) ---------------------------------------------------------------
+    # -- results (docs/semantics.md §12) ---------------------------------------------------------------
 
     def build(self, node: NodeInfo) -> _Built:
         results: list[AllocationResult] = []

@@ -1,4 +1,4 @@
-"""Consumable capacity (DRAConsumableCapacity, spec/dra-allocation.md §11).
+"""Consumable capacity (DRAConsumableCapacity, docs/semantics.md §11).
 
 ``capacity_fits`` decides whether a request can take (a share of) a device given what other
 claims and this attempt already consume; ``consumed_capacity`` says what one share consumes after

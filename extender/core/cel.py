@@ -24,7 +24,7 @@ Before transpiling, the parse tree is checked and rewritten:
   list/map literals (``[?x]``, ``{?k: v}``) are rejected with a compile error naming them.
 
 Cost (upstream: 1,000,000 per evaluation, enforced at runtime; the scheduler's compile skips
-the static estimate, spec §14.4). cel-python tracks no cost, so this module approximates cel-go's
+the static estimate, docs/semantics.md §14.4). cel-python tracks no cost, so this module approximates cel-go's
 *actual* cost: every evaluation starts at the static node count of the expression (outside
 comprehension bodies), each comprehension iteration charges the node count of its body plus
 one, and string/list-producing functions and ``+`` charge about one unit per ten elements. Going

@@ -1,4 +1,4 @@
-"""Claim constraints: matchAttribute and distinctAttribute (spec/dra-allocation.md §8).
+"""Claim constraints: matchAttribute and distinctAttribute (docs/semantics.md §8).
 
 A constraint watches the devices picked for the requests it covers within one claim. ``add``
 accepts or rejects a device (and records it when accepted); ``remove`` forgets one accepted device

@@ -17,7 +17,7 @@
     └── InvalidObject               a manifest/API object the core cannot use (decode/validation)
 
 ``reason`` is short, stable and node-agnostic, in upstream's message forms
-(spec/dra-allocation.md §12c). Inside the allocator "does not fit" is a return value (``None``);
+(docs/semantics.md §12c). Inside the allocator "does not fit" is a return value (``None``);
 the exceptions above exist for the boundaries that need them.
 """
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from extender.core.allocator import Allocator, taint_blocks
+from extender.core.answers import CANNOT_ALLOCATE
 from extender.core.capacity import capacity_fits
 from extender.core.cel import CelCompileError, CelRuntimeError, SelectorCache
 from extender.core.errors import ExtenderError, NodeUnresolvable
@@ -63,8 +64,6 @@ __all__ = [
     "explain_node",
 ]
 
-#: Scheduler message when the allocator finds no fit (upstream Filter's text).
-CANNOT_ALLOCATE = "cannot allocate all claims"
 #: ``message`` of a node where the claims fit.
 FITS = "all claims fit"
 

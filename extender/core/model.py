@@ -75,7 +75,7 @@ class UnparsedVersion:
 
     The apiserver rejects such slices, so this only comes from stored state written by a laxer
     server. Upstream keeps the device; every CEL evaluation on it then fails with
-    ``attribute <name>: parse semantic version: <error>`` (spec §14.1), while matchAttribute
+    ``attribute <name>: parse semantic version: <error>`` (docs/semantics.md §14.1), while matchAttribute
     constraints compare the raw text. ``error`` is the parser's message.
     """
 
@@ -381,7 +381,7 @@ class ResourceClaimTemplate:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Features:
-    """Allocator-level features (spec §3.1); the default enables everything, as 1.36 with all DRA gates."""
+    """Allocator-level features (docs/semantics.md §3.1); the default enables everything, as 1.36 with all DRA gates."""
 
     admin_access: bool = True
     prioritized_list: bool = True
@@ -396,7 +396,7 @@ class Features:
 
 @dataclass(slots=True)
 class AllocatedState:
-    """Devices in use by claims other than the ones being allocated (spec §3.3).
+    """Devices in use by claims other than the ones being allocated (docs/semantics.md §3.3).
 
     ``devices``: exclusively allocated device IDs. ``shared_ids``: shares of devices that allow
     multiple allocations. ``consumed_capacity``: per shared device, the summed ``consumedCapacity``
@@ -408,7 +408,7 @@ class AllocatedState:
     consumed_capacity: dict[DeviceID, dict[str, Quantity]] = field(default_factory=dict)
 
     def add_allocation(self, allocation: AllocationResult) -> None:
-        """Count one claim's allocation, the way the scheduler's claim tracker does (spec §13.2)."""
+        """Count one claim's allocation, the way the scheduler's claim tracker does (docs/semantics.md §13.2)."""
         for result in allocation.devices:
             if result.admin_access:
                 continue  # admin access does not consume the device

@@ -1,4 +1,4 @@
-"""Resource pools as one node sees them (spec/dra-allocation.md §4).
+"""Resource pools as one node sees them (docs/semantics.md §4).
 
 ``SliceSnapshot`` indexes an immutable set of ResourceSlices once; ``pools_for(node)`` gathers the
 pools relevant to a node, applying the generation rules (highest wins, obsolete pools dropped),
@@ -6,8 +6,8 @@ completeness (``resourceSliceCount``) and validity checks, in the deterministic 
 pools by (driver, pool name), binding-condition pools last; slices by name; devices as listed.
 
 The result is memoised per node (name + labels) for the snapshot's lifetime, so a warm filter pays
-one dict lookup per node. A changed slice means a new snapshot (or, later, an incremental update
-by the state layer that drops the affected entries).
+one dict lookup per node. Changed slices make a new snapshot incrementally (``with_changes``): the
+nodes they concern lose their memoised pools (``invalidated``), the others keep them.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ scores 0..10, the range kube-scheduler accepts from an extender (``MaxExtenderPr
 
 - ``binpack``: prefer nodes whose devices are already most used, so that whole nodes stay free;
 - ``spread``: the opposite, prefer the least used nodes;
-- ``prioritized``: upstream 1.35's DynamicResources Score rule (spec §13.5): every firstAvailable
+- ``prioritized``: upstream 1.35's DynamicResources Score rule (docs/semantics.md §13.5): every firstAvailable
   request whose chosen alternative has index ``i`` adds ``8 - i``; nodes where earlier
   alternatives fit score higher;
 - ``topology``: prefer nodes where the devices picked for one claim share a value of a configured
@@ -161,7 +161,7 @@ def _used_fraction(candidate: ScoringCandidate) -> tuple[int, int]:
     """Share of the node's devices in use once this pod's allocation is added, as (used, total)
     with total > 0 (exact, and cheaper than a Fraction per node).
 
-    Admin-access results do not consume a device (spec §15); a device this pod takes that is already
+    Admin-access results do not consume a device (docs/semantics.md §15); a device this pod takes that is already
     in use (another share of a shared device) is not counted twice.
     """
     usage = candidate.usage
@@ -206,7 +206,7 @@ def spread_scores(candidates: Sequence[ScoringCandidate]) -> dict[str, int]:
 
 
 def prioritized_scores(candidates: Sequence[ScoringCandidate]) -> dict[str, int]:
-    """Upstream's Score rule for firstAvailable requests (spec §13.5), normalised to 0..10.
+    """Upstream's Score rule for firstAvailable requests (docs/semantics.md §13.5), normalised to 0..10.
 
     QUIRK (§13.5): upstream pairs all of the pod's claims with the results of only the claims it
     allocated. We follow the spec's recommendation: ``chosen_subrequests`` covers exactly the claims
@@ -259,7 +259,7 @@ def _distinct_values(attribute: str, devices: Sequence[Device], drivers: Sequenc
     seen: set[tuple[type, object]] = set()
     missing = 0
     for device, driver in zip(devices, drivers, strict=True):
-        # The lookup constraints use (spec §8): exact key, else the bare id in the driver's domain.
+        # The lookup constraints use (docs/semantics.md §8): exact key, else the bare id in the driver's domain.
         value = lookup_attribute(device, domain, ident, attribute, driver)
         if value is None:
             missing += 1

@@ -81,7 +81,7 @@ async def backend_lifecycle(app: web.Application) -> AsyncIterator[None]:
         log.info("backend.stopped", backend=type(backend).__name__)
 
 
-#: ``gc.set_threshold`` once the caches are warm and frozen (spec/libraries.md §1).
+#: ``gc.set_threshold`` once the caches are warm and frozen (docs/performance.md, "gc is the largest single factor").
 GC_THRESHOLDS = (50_000, 20, 20)
 
 
@@ -90,7 +90,7 @@ def _warm_up(app: web.Application) -> None:
     warmed = app[SERVICE].warm_up()
     # The cluster, its decoded model and the warm caches live as long as the process: move them out
     # of the collector's reach, or every full collection rescans them (over a second at 5000 nodes,
-    # seen as filter latency spikes; spec/libraries.md §1).
+    # seen as filter latency spikes; docs/performance.md).
     gc.collect()
     gc.freeze()
     # Requests allocate many short-lived containers (parsed bodies, answers); with the default

@@ -1,4 +1,5 @@
-"""The kube-scheduler extender wire format (spec/extender-protocol-and-peers.md A.1), exactly.
+"""The kube-scheduler extender wire format, exactly (upstream:
+``staging/src/k8s.io/kube-scheduler/extender/v1/types.go``).
 
 Requests are read key by key with PascalCase names (``Pod``, ``Nodes``, ``NodeNames``, ``PodName``,
 ...) and turned into small typed values; anything malformed raises ``BadRequest`` naming the

@@ -1,11 +1,11 @@
-"""Which ResourceClaims a pod uses, and whether they can be used now (spec/dra-allocation.md §13.1-§13.2a).
+"""Which ResourceClaims a pod uses, and whether they can be used now (docs/semantics.md §13.1-§13.2a).
 
 ``resolve_pod_claims`` reads the pod's ``spec.resourceClaims`` against the store and the in-flight
 ledger and sorts the claims into "to allocate" and "already allocated", or raises:
 
 - ``ClaimNotCreated`` / ``Transient`` for conditions that fix themselves (a template claim not
   created yet, a claim being deleted, a claim another pod is allocating right now, a claim at its
-  256-consumer limit): the scheduler retries with backoff (spec §20: with the in-tree plugin
+  256-consumer limit): the scheduler retries with backoff (docs/semantics.md §20: with the in-tree plugin
   disabled these pods reach the extender and must get ``Error``, not failed nodes);
 - ``PodUnschedulable`` for a pod spec no retry can fix.
 

@@ -53,7 +53,7 @@ _DEVICE_KEYS = {
 }
 _NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
 _UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-#: NodeUnresolvable's one upstream text (spec §12c, "Per-node").
+#: NodeUnresolvable's one upstream text (docs/semantics.md §12c, "Per-node").
 UNRESOLVABLE_TEXT = "invalid resource pools were encountered"
 
 

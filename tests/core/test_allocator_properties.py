@@ -116,7 +116,7 @@ def render(sel: Selector) -> str:
 
 def lookup(mapping: Mapping[str, Any], driver: str, qualified: str) -> Any:
     """Upstream's attribute lookup for a fully qualified name: the exact key, else the bare id
-    when the domain is the device's driver (spec §8; CEL's domain maps behave the same)."""
+    when the domain is the device's driver (docs/semantics.md §8; CEL's domain maps behave the same)."""
     if qualified in mapping:
         return mapping[qualified]
     domain, _, ident = qualified.partition("/")

@@ -284,7 +284,7 @@ def claim_with_requests(version: str, requests: list[dict[str, Any]], **devices:
 @pytest.mark.parametrize("version", ALL_VERSIONS)
 def test_allocator_reported_problems_are_kept(version: str) -> None:
     """Empty class name, selector without cel, empty expression and an empty constraint are the
-    allocator's to report (spec §5, §12c), so decoding keeps them as they are."""
+    allocator's to report (docs/semantics.md §5, §12c), so decoding keeps them as they are."""
     request: dict[str, Any] = {"selectors": [{}, {"cel": {"expression": ""}}]}
     if version in NESTED_VERSIONS:
         request = {"exactly": request}

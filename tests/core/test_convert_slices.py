@@ -122,7 +122,7 @@ def test_names_repeating_across_devices_are_interned() -> None:
 
 def test_unparsable_version_is_kept_for_the_cel_layer() -> None:
     """Upstream keeps such a device and fails every CEL evaluation on it with
-    ``attribute <name>: parse semantic version: ...`` (spec §14.1): the slice stays valid."""
+    ``attribute <name>: parse semantic version: ...`` (docs/semantics.md §14.1): the slice stays valid."""
     raw = slice_manifest("v1", [device("v1", "device-1", attributes={"fw": {"version": "1.0"}})])
     decoded = decode_resource_slice(raw)
     assert decoded.invalid_reason is None
@@ -161,7 +161,7 @@ def test_all_nodes(version: str) -> None:
 
 
 def test_no_node_selection_at_all_is_not_invalid() -> None:
-    """Pool gathering silently ignores such a slice (spec §4 step 5); decoding must not flag it."""
+    """Pool gathering silently ignores such a slice (docs/semantics.md §4 step 5); decoding must not flag it."""
     raw = slice_manifest("v1", [])
     del raw["spec"]["nodeName"]
     assert decode_resource_slice(raw).invalid_reason is None
@@ -480,7 +480,7 @@ def test_devices_beside_shared_counters_are_left_to_pool_gathering() -> None:
 
 
 def test_malformed_selector_operators_are_left_for_node_matching() -> None:
-    """Upstream fails node selection fatally for a bad operator (spec §4); decoding keeps it."""
+    """Upstream fails node selection fatally for a bad operator (docs/semantics.md §4); decoding keeps it."""
     raw = slice_manifest(
         "v1",
         [],

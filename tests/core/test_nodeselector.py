@@ -223,22 +223,28 @@ def test_malformed_label_requirement_raises(requirement: NodeSelectorRequirement
         term_matches(term(requirement), NODE)
 
 
-@pytest.mark.parametrize(
-    "requirement",
-    [
-        req("example.com/name", "Exists"),
-        req("a.b-c.example.com/Na_me.x-1", "Exists"),
-        req("a" * 63, "Exists"),
-        req("region", "In", ""),  # the empty value is a valid label value
-        req("region", "In", "A-b_c.9"),
-        req("count", "Gt", "0"),
-        req("count", "Lt", "9223372036854775807"),
-    ],
-    ids=lambda r: f"{r.key[:20]}-{r.operator}",
+EDGE_NODE = NodeInfo(
+    name="edge",
+    labels={"example.com/name": "x", "a.b-c.example.com/Na_me.x-1": "y", "a" * 63: "z", "region": "", "count": "5"},
 )
-def test_well_formed_edge_requirements_are_accepted(requirement: NodeSelectorRequirement) -> None:
-    validate_term(term(requirement))
-    node_matches(selector(term(requirement)), NODE)
+
+
+@pytest.mark.parametrize(
+    ("requirement", "expected"),
+    [
+        (req("example.com/name", "Exists"), True),
+        (req("a.b-c.example.com/Na_me.x-1", "Exists"), True),
+        (req("a" * 63, "Exists"), True),
+        (req("region", "In", ""), True),  # the empty value is a valid label value
+        (req("region", "In", "A-b_c.9"), False),
+        (req("count", "Gt", "0"), True),
+        (req("count", "Lt", "9223372036854775807"), True),
+    ],
+    ids=lambda r: f"{r.key[:20]}-{r.operator}" if isinstance(r, NodeSelectorRequirement) else str(r),
+)
+def test_well_formed_edge_requirements_are_accepted(requirement: NodeSelectorRequirement, expected: bool) -> None:
+    validate_term(term(requirement))  # raises for a malformed requirement
+    assert node_matches(selector(term(requirement)), EDGE_NODE) is expected
 
 
 MALFORMED_FIELDS = [
@@ -278,8 +284,10 @@ def test_error_names_the_failing_requirement_position() -> None:
 
 
 def test_empty_terms_are_not_validated() -> None:
-    validate_node_selector(selector(NodeSelectorTerm()))
+    validate_node_selector(selector(NodeSelectorTerm()))  # raises for a malformed term
     validate_term(NodeSelectorTerm())
+    # accepted, and an empty term still matches no node (upstream's rule)
+    assert node_matches(selector(NodeSelectorTerm()), NODE) is False
 
 
 def test_validation_result_is_cached_per_selector_object_without_changing_answers() -> None:

@@ -2,7 +2,7 @@
 
 For every pod claim that names a ResourceClaimTemplate and has no entry in the pod's
 ``status.resourceClaimStatuses``, the controller (kube-controller-manager,
-spec/dra-allocation.md §13.8) reuses a claim already owned by the pod for that pod claim (one it
+docs/semantics.md §13.8) reuses a claim already owned by the pod for that pod claim (one it
 created before failing to update the pod's status), or else creates one from the template, and
 then records the claim's name in the pod status. These are the pure parts: which pod claims need
 work, finding the owned claim, and building the new claim; ``cluster.py`` does the writes.

@@ -6,7 +6,7 @@ Pods and Nodes in core/v1. All pods are watched (minus terminated ones, by field
 by name at filter time and from the pods' ``status.resourceClaimStatuses``; narrowing further
 (pods with claims only) needs a server-side filter Kubernetes does not offer. ``synced`` is true
 once every reflector has listed and none has failed; after the first full sync the objects are
-moved out of the garbage collector's reach (``gc.freeze()``, spec/libraries.md §1).
+moved out of the garbage collector's reach (``gc.freeze()``, docs/performance.md).
 
 Writes follow the protocol and the API server's answers: ``update_claim`` (PUT),
 ``update_claim_status`` (PUT .../status), ``bind_pod`` (POST .../binding with ``metadata.uid`` as

@@ -5,8 +5,11 @@ the pod's hostname. kube-scheduler (with ``--leader-elect``) writes ``<hostname>
 ``spec.holderIdentity`` of its Lease (default ``kube-system/kube-scheduler``). Only the leading
 scheduler schedules, but a standby replica's extender can still get a stray bind (an old
 connection, a misrouted Service): refusing it with a ``Transient`` error (``Error`` on the wire)
-keeps two extenders from writing allocations from two caches at once. Filter and prioritize
-stay open (read-only).
+makes it unlikely that two extenders write allocations from two caches at once. It does not make
+it impossible: the Lease read is trusted for ``cache_seconds``, so for that long after a
+leadership change (and while an old leader's lease runs out) both replicas may bind; each one's
+claim writes are still guarded by resourceVersion, but two different claims can then be given one
+device by two caches. Filter and prioritize stay open.
 
 The Lease is read on demand at bind, and the answer cached for ``cache_seconds``: a bind costs at
 most one extra GET, and a leadership change is seen within that time. A lease whose

@@ -2,7 +2,7 @@
 
 With the in-tree DRA plugin disabled, kube-scheduler does not watch ResourceSlices or
 ResourceClaims, so a pod the extender rejected waits for some other event it observes, or for the
-5-minute flush of the unschedulable pool (spec extender-protocol-and-peers.md A.4). Any update of
+5-minute flush of the unschedulable pool (docs/pipeline.md). Any update of
 the pending pod itself is such an event (the scheduler registers a wildcard enqueue extension for
 extenders), so when devices free up — a claim deallocated or deleted, a slice added or grown — we
 patch an annotation (``dra-extender.io/requeue: <RFC 3339 time>``) on each recently rejected pod.

@@ -2,7 +2,7 @@
 
 Validation covers what the allocator relies on and what the apiserver would have rejected anyway
 (names, request shape, counts, limits, constraint shape, references). Problems that upstream's
-*allocator* reports are deliberately kept for it to report with upstream's texts (spec §5, §12c):
+*allocator* reports are deliberately kept for it to report with upstream's texts (docs/semantics.md §5, §12c):
 a selector without ``cel`` is kept as ``None``, an empty ``deviceClassName`` as ``""``, an unknown
 ``allocationMode`` as written, a constraint with neither attribute as an empty constraint.
 """

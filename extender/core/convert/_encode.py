@@ -49,7 +49,7 @@ def _device_result(result: DeviceResult) -> dict[str, Any]:
         "device": result.device,
     }
     if result.admin_access:
-        encoded["adminAccess"] = True  # never false: the allocator omits it (spec §1.2)
+        encoded["adminAccess"] = True  # never false: the allocator omits it (docs/semantics.md §1.2)
     if result.tolerations:
         encoded["tolerations"] = [encode_toleration(t) for t in result.tolerations]
     if result.binding_conditions:

@@ -485,7 +485,7 @@ def _taints(raw: object) -> tuple[DeviceTaint, ...]:
     for index, item in enumerate(items):
         item_path = f"{list_path}[{index}]"
         body = mapping(item, item_path)
-        # Unknown effects are kept: they never block allocation (spec §9).
+        # Unknown effects are kept: they never block allocation (docs/semantics.md §9).
         result.append(
             DeviceTaint(
                 key=string(body.get("key"), f"{item_path}.key"),
