@@ -16,7 +16,9 @@ RUN python -m venv /opt/dra-extender
 # (tests/deploy checks that the two lists agree; uvloop's platform marker always holds here). Installed before the source is copied, so that
 # a code change does not re-download them.
 RUN /opt/dra-extender/bin/pip install \
-        "cel-python>=0.5.0,<0.6" \
+        "cel-python==0.5.0" \
+        "lark>=1.1,<2" \
+        "google-re2>=1.1" \
         "pyyaml>=6.0" \
         "orjson>=3.9" \
         "aiohttp>=3.9" \

@@ -1,0 +1,106 @@
+"""Compiled selectors and what they run on: per-slice state (views, poison, result tuples), the
+``device.driver == "..."`` shortcut, and transpiled programs metered for cost."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from celpy import celtypes
+from celpy.evaluation import CELEvalError
+
+from extender.core.cel.celpy_glue import runtime_error_text
+from extender.core.cel.cost import COST, CostLimitExceeded
+from extender.core.cel.errors import CelRuntimeError
+from extender.core.cel.stats import SelectorStats
+from extender.core.cel.values import type_name
+from extender.core.cel.view import Scope, ViewBuilder, device_poison
+from extender.core.model import ResourceSlice
+
+__all__ = ["Compiled", "DriverEquals", "Program", "SliceState"]
+
+
+class SliceState:
+    """Everything cached for one slice object: device views and result tuples per expression."""
+
+    __slots__ = ("_consumable", "_poison", "_slice", "_views", "driver", "results")
+
+    def __init__(self, slice_: ResourceSlice, *, consumable_capacity: bool) -> None:
+        self._slice = slice_
+        self.driver = slice_.driver
+        self._consumable = consumable_capacity
+        self._views: tuple[Scope | CelRuntimeError, ...] | None = None
+        self._poison: tuple[CelRuntimeError | None, ...] | None = None
+        self.results: dict[str, tuple[bool | CelRuntimeError, ...]] = {}
+
+    def views(self, stats: SelectorStats) -> tuple[Scope | CelRuntimeError, ...]:
+        if self._views is None:
+            builder = ViewBuilder(self._slice, consumable_capacity=self._consumable)
+            self._views = tuple(builder.build(device) for device in self._slice.devices)
+            stats.views_built += len(self._views)
+        return self._views
+
+    def poison(self) -> tuple[CelRuntimeError | None, ...]:
+        if self._poison is None:
+            if self._views is not None:
+                self._poison = tuple(v if isinstance(v, CelRuntimeError) else None for v in self._views)
+            else:
+                self._poison = tuple(device_poison(device) for device in self._slice.devices)
+        return self._poison
+
+
+class DriverEquals:
+    """``device.driver == "<literal>"``, answered with one string comparison per slice."""
+
+    __slots__ = ("driver",)
+
+    def __init__(self, driver: str) -> None:
+        self.driver = driver
+
+    def run(self, state: SliceState, stats: SelectorStats) -> tuple[bool | CelRuntimeError, ...]:
+        stats.fast_path += 1
+        match = state.driver == self.driver
+        # A device whose view cannot be built fails every selector, this one included.
+        return tuple(match if error is None else error for error in state.poison())
+
+
+class Compiled:
+    """A transpiled expression: ``function(scope)`` returns a CEL value or a CELEvalError."""
+
+    __slots__ = ("base_cost", "function")
+
+    def __init__(self, function: Callable[[Scope], Any], base_cost: int) -> None:
+        self.function = function
+        self.base_cost = base_cost
+
+    def run(self, state: SliceState, stats: SelectorStats) -> tuple[bool | CelRuntimeError, ...]:
+        views = state.views(stats)
+        stats.evaluations += len(views)
+        evaluate = self.evaluate
+        return tuple(v if isinstance(v, CelRuntimeError) else evaluate(v) for v in views)
+
+    def evaluate(self, scope: Scope) -> bool | CelRuntimeError:
+        COST.spent = self.base_cost
+        try:
+            value = self.function(scope)
+        except CostLimitExceeded:
+            return CelRuntimeError("operation cancelled: actual cost limit exceeded")
+        except CELEvalError as exc:
+            return runtime_error(exc)
+        except RecursionError:
+            return CelRuntimeError("max recursion depth exceeded")
+        except Exception as exc:  # a fault in a library function must not crash the caller
+            return CelRuntimeError(f"internal error: {exc!r}")
+        if isinstance(value, (celtypes.BoolType, bool)):
+            return bool(value)
+        if isinstance(value, CELEvalError):
+            return runtime_error(value)
+        return CelRuntimeError(f"CEL result of type {type_name(value)} could not be converted to bool")
+
+
+Program = DriverEquals | Compiled
+
+
+def runtime_error(error: CELEvalError) -> CelRuntimeError:
+    """The error a selector reports for a celpy error value, in cel-go's words."""
+    return CelRuntimeError(runtime_error_text(error))
