@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from extender import __version__
-from extender.core.allocator import Allocator
+from extender.core.allocator import Allocation, Allocator
+from extender.core.answers import Unresolvable
 from extender.core.convert import encode_allocation_result
-from extender.core.errors import ExtenderError, NodeUnresolvable, PodUnschedulable
+from extender.core.errors import ExtenderError, PodUnschedulable
 from extender.core.explain import explain_node
 from extender.core.model import (
     Features,
@@ -82,15 +83,13 @@ def _allocate(args: argparse.Namespace) -> int:
     report: list[dict[str, Any]] = []
     fits_somewhere = False
     for node in nodes:
-        unresolvable: str | None = None
         try:
-            allocation = allocator.allocate(node)
-        except NodeUnresolvable as exc:
-            allocation, unresolvable = None, exc.reason
+            answer = allocator.answer(node)
         except PodUnschedulable as exc:
             print(f"error: {exc.reason}", file=sys.stderr)
             return 2
-        if allocation is not None:
+        if isinstance(answer, Allocation):
+            allocation = answer
             fits_somewhere = True
             report.append(
                 {
@@ -114,8 +113,8 @@ def _allocate(args: argparse.Namespace) -> int:
         )
         entry = explanation.to_dict()
         entry["fits"] = False
-        if unresolvable:
-            entry["unresolvable"] = unresolvable
+        if isinstance(answer, Unresolvable):
+            entry["unresolvable"] = answer.reason
         report.append(entry)
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")

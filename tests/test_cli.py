@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from extender.cli import main
+from extender.core.answers import NO_CLASS_DEVICES
 
 DEMO = Path(__file__).resolve().parents[1] / "deploy" / "examples" / "demo-cluster.yaml"
 
@@ -19,7 +20,9 @@ def test_demo_claim_fits_on_the_h100_nodes(capsys: pytest.CaptureFixture[str]) -
     assert main(["allocate", str(DEMO), "--claim", "default/two-gpus", "--json"]) == 0
     report = {entry["node"]: entry for entry in json.loads(capsys.readouterr().out)}
     assert report["node-1"]["fits"] is False  # A100s: 40Gi, the class wants 80Gi
-    assert report["node-1"]["message"] == "cannot allocate all claims"
+    # What the filter answers there: no device of the class on the node, so unresolvable.
+    assert report["node-1"]["message"] == NO_CLASS_DEVICES
+    assert report["node-1"]["unresolvable"] == NO_CLASS_DEVICES
     assert report["node-2"]["fits"] is True
     results = report["node-2"]["claims"]["default/two-gpus"]["devices"]["results"]
     # gpu-0..3 of node-2 are held by the allocated training-job claim; gpu-4/5 share a PCIe root

@@ -72,6 +72,7 @@ __all__ = [
     "Allocator",
     "AnswerSet",
     "NodeAnswer",
+    "RequestCheck",
     "allocate_claims",
     "taint_blocks",
     "tolerates",
@@ -247,6 +248,17 @@ class AnswerSet(NamedTuple):
     elsewhere: dict[str, Unresolvable]
 
 
+class RequestCheck(NamedTuple):
+    """The allocator's own checks of one request (or firstAvailable subrequest), for counting a
+    node's devices through them (``Allocator.check_request``; explain uses it)."""
+
+    device_class: DeviceClass
+    admin_access: bool
+    #: Class and request selectors for every device of a slice, in upstream's order (stop at the
+    #: first false); a fatal selector error as the value, raised when the device is reached.
+    selectable: Callable[[ResourceSlice], Sequence[bool | PodUnschedulable]]
+
+
 def _results_not_kept() -> _Built:
     raise LookupError("a detached Allocation keeps no results; allocate again to get them")
 
@@ -274,7 +286,7 @@ class _Request:
     admin: bool
     #: (expression, error prefix) in evaluation order: class selectors, then request selectors.
     selectors: tuple[tuple[str, str], ...]
-    #: Per slice, the per-device selection verdicts (see Allocator.is_selectable).
+    #: Per slice, the per-device selection verdicts (see Allocator._is_selectable).
     by_slice: dict[ResourceSlice, Sequence[bool | PodUnschedulable | CelRuntimeError]] = field(default_factory=dict)
     #: ``get`` of the SelectorCache's table when one selector decides alone (shared by every
     #: allocator, so a later pod finds the verdicts ready), else ``by_slice.get``.
@@ -445,7 +457,7 @@ class Allocator:
                     continue
                 values = lookup(entry.slice)
                 verdict = values[entry.index] if values is not None else None
-                if verdict is True or (verdict is not False and self.is_selectable(req, entry)):
+                if verdict is True or (verdict is not False and self._is_selectable(req, entry)):
                     if entry.plain:
                         out.append(
                             Allocation.deferred(
@@ -539,7 +551,7 @@ class Allocator:
                     (None,) if request.exactly is not None else range(len(request.first_available))
                 )
                 try:
-                    if not any(self._class_present(self.prepared(c, r, s), view) for s in alternatives):
+                    if not any(self._class_present(self._request_for(c, r, s), view) for s in alternatives):
                         return True
                 except (PodUnschedulable, CelCompileError):
                     return False
@@ -636,7 +648,7 @@ class Allocator:
                     continue
                 values = lookup(entry.slice)
                 verdict = values[entry.index] if values is not None else None
-                if verdict is not True and (verdict is False or not self.is_selectable(req, entry)):
+                if verdict is not True and (verdict is False or not self._is_selectable(req, entry)):
                     continue
                 if not entry.plain:
                     return None
@@ -674,7 +686,7 @@ class Allocator:
 
     # -- node-independent preparation ----------------------------------------------------
 
-    def prepared(self, c: int, r: int, s: int | None) -> _Request:
+    def _request_for(self, c: int, r: int, s: int | None) -> _Request:
         key = (c, r, s)
         cached = self._prepared.get(key)
         if cached is None:
@@ -740,9 +752,32 @@ class Allocator:
             prepared.lookup = prepared.by_slice.get
         return prepared
 
+    # -- for explanations -------------------------------------------------------------------
+
+    def check_request(self, c: int, r: int, s: int | None) -> RequestCheck:
+        """What the search checks for claim ``c``'s request ``r`` (subrequest ``s``). Raises the
+        ``PodUnschedulable`` that ``answer`` would for it (a missing class, an empty selector...)."""
+        req = self._request_for(c, r, s)
+        return RequestCheck(req.device_class, req.admin, partial(self._selectable_in_slice, req))
+
+    def counters_left(self, pool: Pool) -> dict[CounterKey, dict[str, Quantity]]:
+        """The pool's shared counters minus what devices allocated to other claims consume."""
+        return self._counters_left(pool)
+
+    def for_claims(self, claims: Sequence[ResourceClaim]) -> Allocator:
+        """An allocator for other claims over the same cluster state and selector cache."""
+        return Allocator(
+            claims,
+            classes=self.classes,
+            snapshot=self.snapshot,
+            allocated=self.allocated,
+            features=self.features,
+            selectors=self.selectors,
+        )
+
     # -- selection ----------------------------------------------------------------------
 
-    def selectable_in_slice(self, req: _Request, slice_: ResourceSlice) -> list[bool | PodUnschedulable]:
+    def _selectable_in_slice(self, req: _Request, slice_: ResourceSlice) -> list[bool | PodUnschedulable]:
         """Class + request selectors for every device of the slice, evaluated in upstream order
         (stop at the first false). Errors are kept as values and raised when the device is reached."""
         key = (id(req), slice_)
@@ -781,7 +816,7 @@ class Allocator:
         self._selectable[key] = combined
         return combined
 
-    def is_selectable(self, req: _Request, entry: DeviceEntry) -> bool:
+    def _is_selectable(self, req: _Request, entry: DeviceEntry) -> bool:
         assert req.lookup is not None
         values = req.lookup(entry.slice)
         if values is None:
@@ -804,12 +839,12 @@ class Allocator:
             try:
                 return self.selectors.results(req.selectors[0][0], slice_)  # fills the shared table
             except CelCompileError:
-                return self.selectable_in_slice(req, slice_)  # the prefixed error, kept out of the table
-        values = self.selectable_in_slice(req, slice_)
+                return self._selectable_in_slice(req, slice_)  # the prefixed error, kept out of the table
+        values = self._selectable_in_slice(req, slice_)
         req.by_slice[slice_] = values
         return values
 
-    def available_counters(self, pool: Pool) -> dict[CounterKey, dict[str, Quantity]]:
+    def _counters_left(self, pool: Pool) -> dict[CounterKey, dict[str, Quantity]]:
         """Counters of the pool minus what devices allocated to other claims consume.
 
         Shared devices in use count once (the 1.37 fix); admin-access allocations do not count.
@@ -917,7 +952,7 @@ class _Search:
                     )
 
     def plan(self, c: int, r: int, s: int | None) -> _RequestPlan:
-        req = self.a.prepared(c, r, s)
+        req = self.a._request_for(c, r, s)
         spec = req.spec
         if spec.allocation_mode == ALLOCATION_MODE_EXACT_COUNT:
             plan = _RequestPlan(req, spec.count, None)
@@ -937,7 +972,7 @@ class _Search:
                         claim=self.claims[c].key,
                     )
             for entry in self.devices:
-                if not self.a.is_selectable(req, entry):
+                if not self.a._is_selectable(req, entry):
                     continue
                 if self.a.features.consumable_capacity and not self.capacity_ok(req, entry):
                     continue
@@ -1024,7 +1059,7 @@ class _Search:
                     continue
             elif dev_id in allocated or dev_id in allocating:
                 continue
-            if not self.a.is_selectable(req, entry):
+            if not self.a._is_selectable(req, entry):
                 continue
             if self.a.features.consumable_capacity and not self.capacity_ok(req, entry):
                 continue
@@ -1080,7 +1115,7 @@ class _Search:
             pool = self.pool_of.get(id(entry))
             if pool is None:
                 return None
-            available = self.a.available_counters(pool)
+            available = self.a._counters_left(pool)
             for key, counters in entry.counters:
                 already = self.consumed_counters.get((id(pool), key), {})
                 left = available[key]
@@ -1214,7 +1249,7 @@ class _Search:
         class_entries: dict[str, list[tuple[AllocationConfig, list[str]]]] = {}
         order: list[tuple[AllocationConfig, list[str]]] = []
         for r in range(len(claim.requests)):
-            req = self.a.prepared(c, r, chosen[r])
+            req = self.a._request_for(c, r, chosen[r])
             entries = class_entries.get(req.device_class.name)
             if entries is None:
                 entries = [

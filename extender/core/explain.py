@@ -27,11 +27,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from extender.core.allocator import Allocator, taint_blocks
-from extender.core.answers import CANNOT_ALLOCATE
+from extender.core.allocator import Allocation, Allocator, taint_blocks
+from extender.core.answers import CANNOT_ALLOCATE, Unresolvable
 from extender.core.capacity import capacity_fits
 from extender.core.cel import CelCompileError, CelRuntimeError, SelectorCache
-from extender.core.errors import ExtenderError, NodeUnresolvable
+from extender.core.errors import ExtenderError
 from extender.core.model import (
     ALLOCATION_MODE_ALL,
     AllocatedState,
@@ -260,16 +260,16 @@ def explain_node(
     error: str | None = None
     unresolvable = False
     try:
-        if allocator.allocate(node) is not None:
-            return NodeExplanation(node=node.name, fits=True, message=FITS)
-        message = CANNOT_ALLOCATE
-    except NodeUnresolvable as exc:
-        message, unresolvable = exc.reason, True
+        answer = allocator.answer(node)  # the filter's own answer for the node
     except ExtenderError as exc:  # fatal for the pod: CEL, missing class, too many devices, ...
         message = error = exc.reason
+    else:
+        if isinstance(answer, Allocation):
+            return NodeExplanation(node=node.name, fits=True, message=FITS)
+        message, unresolvable = answer.reason, isinstance(answer, Unresolvable)
 
     pools, pool_error = _gather_pools(snapshot, node, features)
-    counter = _Counter(allocator, pools)
+    counter = _Counter(allocator, pools, selectors=selectors, features=features, allocated=allocated)
     claim_explanations = [counter.claim(c) for c in range(len(claims))]
     node_note = ""
     if error is None and all(r.fits for ce in claim_explanations for r in ce.requests):
@@ -331,7 +331,7 @@ def _detail(
 
 # --- counting -------------------------------------------------------------------------------
 
-#: Shared counters left per counter set, as ``Allocator.available_counters`` gives them.
+#: Shared counters left per counter set, as ``Allocator.counters_left`` gives them.
 _Counters = Mapping[CounterKey, Mapping[str, Quantity]]
 
 
@@ -354,10 +354,19 @@ class _Tally:
 class _Counter:
     """Counts one node's devices through the allocator's checks, request by request."""
 
-    def __init__(self, allocator: Allocator, pools: tuple[Pool, ...]) -> None:
+    def __init__(
+        self,
+        allocator: Allocator,
+        pools: tuple[Pool, ...],
+        *,
+        selectors: SelectorCache,
+        features: Features,
+        allocated: AllocatedState,
+    ) -> None:
         self.allocator = allocator
-        self.features = allocator.features
-        self.allocated = allocator.allocated
+        self.selectors = selectors
+        self.features = features
+        self.allocated = allocated
         self.pools = tuple(p for p in pools if p.usable)  # the allocator never picks from the others
         self.has_devices = any(p.entries for p in self.pools)
 
@@ -397,13 +406,13 @@ class _Counter:
     def request(self, c: int, r: int, s: int | None, label: str, spec: ExactRequest) -> RequestExplanation:
         try:
             # The allocator's own preparation: class lookup, selector order and error prefixes.
-            prepared = self.allocator.prepared(c, r, s)
+            check = self.allocator.check_request(c, r, s)
         except ExtenderError as exc:
             return _failed(label, spec.device_class_name, exc.reason)
-        device_class = prepared.device_class
+        device_class = check.device_class
         tally = _Tally()
         for pool in self.pools:
-            available = self.allocator.available_counters(pool) if pool.counter_sets else {}
+            available = self.allocator.counters_left(pool) if pool.counter_sets else {}
             class_results: dict[int, list[bool | str]] = {}
             for entry in pool.entries:
                 if not self.features.device_binding_and_status and entry.device.binding_conditions:
@@ -419,14 +428,14 @@ class _Counter:
                 if not in_class:
                     continue
                 tally.class_matches += 1
-                combined = self.allocator.selectable_in_slice(prepared, entry.slice)[entry.index]
+                combined = check.selectable(entry.slice)[entry.index]
                 if isinstance(combined, ExtenderError):
                     tally.error = tally.error or combined.reason
                     continue
                 if not combined:
                     continue
                 tally.selector_matches += 1
-                self._count_selected(tally, prepared.admin, spec, entry, available)
+                self._count_selected(tally, check.admin_access, spec, entry, available)
         return _request_explanation(label, device_class.name, spec, tally, has_devices=self.has_devices)
 
     def _class_matches(self, device_class: DeviceClass, slice_: ResourceSlice) -> list[bool | str]:
@@ -438,7 +447,7 @@ class _Counter:
             if expression is None:
                 return [f"{prefix}: CEL expression empty (unsupported selector type?)"] * len(matches)
             try:
-                results = self.allocator.selectors.results(expression, slice_)
+                results = self.selectors.results(expression, slice_)
             except CelCompileError as exc:
                 text = f"{prefix}: CEL compile error: {exc.message}"
                 return [m if m is False else text for m in matches]
@@ -671,17 +680,9 @@ class _Diagnosis:
         self.claims = allocator.claims
 
     def fits(self, claims: Sequence[ResourceClaim]) -> bool:
-        a = self.allocator
-        probe = Allocator(
-            claims,
-            classes=a.classes,
-            snapshot=a.snapshot,
-            allocated=a.allocated,
-            features=a.features,
-            selectors=a.selectors,  # shared: the probes evaluate no CEL the first run did not
-        )
+        # The same cluster and selector cache: the probes evaluate no CEL the first run did not.
         try:
-            return probe.allocate(self.node) is not None
+            return isinstance(self.allocator.for_claims(claims).answer(self.node), Allocation)
         except ExtenderError:
             return False
 

@@ -82,7 +82,7 @@ def test_a_grammar_without_a_rule_we_read_stops_the_engine(monkeypatch: pytest.M
 
 
 def test_a_canary_that_evaluates_wrong_stops_the_engine() -> None:
-    with pytest.raises(CelEngineError, match="evaluated to .*not true"):
+    with pytest.raises(CelEngineError, match=r"evaluated to .*not true"):
         _generator(lazy_and=lambda scope, left, right: FALSE)
 
 
@@ -120,7 +120,7 @@ def test_every_grammar_rule_the_walkers_name_is_declared() -> None:
     # Rules only built, never read (the cel.bind rewrite builds these nodes).
     built_only = {"primary", "paren_expr", "member"} - tree.RULES_USED
     assert named - built_only <= tree.RULES_USED, sorted(named - built_only - tree.RULES_USED)
-    assert tree.RULES_USED <= rules
+    assert rules >= tree.RULES_USED
 
 
 def test_pyproject_pins_cel_python_to_the_tested_versions() -> None:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import orjson
 import pytest
 
+from extender.core.answers import NO_CLASS_DEVICES
 from extender.core.cel import SelectorCache
 from extender.core.explain import (
     CANNOT_ALLOCATE,
@@ -155,7 +156,8 @@ def test_a_fitting_node_gets_a_short_explanation() -> None:
 
 def test_no_device_matches_the_class() -> None:
     result = explain(claim(exact(device_class="class-b")), [device_slice(dev("device-1"))])
-    assert (result.fits, result.message) == (False, CANNOT_ALLOCATE)
+    # The filter's own answer for the node: no device of the class at all, so unresolvable there.
+    assert (result.fits, result.message, result.unresolvable) == (False, NO_CLASS_DEVICES, True)
     request = only_request(result)
     assert request.verdict == VERDICT_NO_CLASS_MATCH
     assert counts(request)["class"] == 0
