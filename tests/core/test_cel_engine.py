@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from extender.core.cel import CelEngineError, celpy_glue, compile_program, macros, operators, tree
-from extender.core.cel.environment import FOLDABLE, FUNCTIONS
+from extender.core.cel import CelEngineError, celpy_glue, compile_program, operators, tree
+from extender.core.cel.compiler import make_generator
 from extender.core.cel.programs import Compiled
 from extender.core.cel.values import FALSE
 
@@ -28,25 +28,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "extender" / "core" / "cel"
 
 
-def _generator(**helpers: object) -> celpy_glue.Generator:
-    return celpy_glue.Generator(
-        FUNCTIONS,
-        macros={name: getattr(macros, f"macro_{name}")
-                for name in ("all", "exists", "exists_one", "map", "filter", "bind")},
-        helpers={
-            "result": operators.result,
-            "lazy_and": operators.lazy_and,
-            "lazy_or": operators.lazy_or,
-            "lazy_condition": operators.lazy_condition,
-            **helpers,
-        },
-        foldable=FOLDABLE,
-    )
-
-
 def test_the_installed_celpy_passes_the_canary() -> None:
     assert celpy_glue.CELPY_VERSION in celpy_glue.TESTED_CELPY_VERSIONS
-    generator = _generator()
+    generator = make_generator()
     assert generator.globals["_lazy_and"] is operators.lazy_and
 
 
@@ -68,7 +52,7 @@ def test_a_rewrite_that_no_longer_matches_stops_the_engine(
     # Same groups, never matches: what a celpy that renamed the generated form would look like.
     monkeypatch.setattr(celpy_glue, attribute, re.compile(original.pattern + "(?!)", original.flags))
     with pytest.raises(CelEngineError) as caught:
-        _generator()
+        make_generator()
     message = str(caught.value)
     assert f"cel-python {celpy_glue.CELPY_VERSION}" in message
     assert f"'{rewrite}'" in message
@@ -78,12 +62,12 @@ def test_a_rewrite_that_no_longer_matches_stops_the_engine(
 def test_a_grammar_without_a_rule_we_read_stops_the_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(celpy_glue, "RULES_USED", tree.RULES_USED | {"member_dot_optional"})
     with pytest.raises(CelEngineError, match=r"grammar lacks the rules \['member_dot_optional'\]"):
-        _generator()
+        make_generator()
 
 
 def test_a_canary_that_evaluates_wrong_stops_the_engine() -> None:
     with pytest.raises(CelEngineError, match=r"evaluated to .*not true"):
-        _generator(lazy_and=lambda scope, left, right: FALSE)
+        make_generator(lazy_and=lambda scope, left, right: FALSE)
 
 
 def test_changed_generated_code_fails_the_import_with_the_versions() -> None:
@@ -152,4 +136,4 @@ def test_a_form_left_after_rewriting_stops_the_engine(monkeypatch: pytest.Monkey
     # ``_lazy_and(`` is in every correctly rewritten canary: declaring it a leftover must trip.
     monkeypatch.setattr(celpy_glue, "_LEFTOVERS", (*celpy_glue._LEFTOVERS, "_lazy_and("))
     with pytest.raises(CelEngineError, match=r"still contains \['_lazy_and\('\] after rewriting"):
-        _generator()
+        make_generator()

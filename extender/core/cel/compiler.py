@@ -8,6 +8,8 @@ rewritten to ``(init).map(x, body)`` and its macro call redirected.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 import lark
 
@@ -22,7 +24,7 @@ from extender.core.cel.programs import Compiled, DriverEquals, Program
 from extender.core.cel.syntax import rewrite_optional_syntax, syntax_error
 from extender.core.cel.tree import MACROS, bare_ident, call_args, token
 
-__all__ = ["MAX_EXPRESSION_LENGTH", "compile_program"]
+__all__ = ["MAX_EXPRESSION_LENGTH", "compile_program", "make_generator"]
 
 #: CELSelectorExpressionMaxLength (counted in UTF-8 bytes, as Go's len()).
 MAX_EXPRESSION_LENGTH = 10240
@@ -32,21 +34,28 @@ _FAST_DRIVER = re.compile(
     rf"""\s*(?:device\s*\.\s*driver\s*==\s*(?P<a>{_FAST_LITERAL})|(?P<b>{_FAST_LITERAL})\s*==\s*device\s*\.\s*driver)\s*"""
 )
 
-# Built at import: runs the canary against the installed celpy (CelEngineError if it moved).
-_GENERATOR = Generator(
-    FUNCTIONS,
-    macros={
-        name: getattr(macro_library, f"macro_{name}")
-        for name in ("all", "exists", "exists_one", "map", "filter", "bind")
-    },
-    helpers={
-        "result": operators.result,
-        "lazy_and": operators.lazy_and,
-        "lazy_or": operators.lazy_or,
-        "lazy_condition": operators.lazy_condition,
-    },
-    foldable=FOLDABLE,
-)
+def make_generator(**helpers: Callable[..., Any]) -> Generator:
+    """The generator over this package's library; ``helpers`` replace the short-circuit helpers
+    (tests use it to inject a fault). Runs the canary: raises ``CelEngineError``."""
+    return Generator(
+        FUNCTIONS,
+        macros={
+            name: getattr(macro_library, f"macro_{name}")
+            for name in ("all", "exists", "exists_one", "map", "filter", "bind")
+        },
+        helpers={
+            "result": operators.result,
+            "lazy_and": operators.lazy_and,
+            "lazy_or": operators.lazy_or,
+            "lazy_condition": operators.lazy_condition,
+            **helpers,
+        },
+        foldable=FOLDABLE,
+    )
+
+
+# Built at import, so that a celpy whose internals moved stops the import (CelEngineError).
+_GENERATOR = make_generator()
 
 
 def compile_program(expression: str, *, consumable_capacity: bool = True) -> Program:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from celpy import celtypes
@@ -44,10 +45,15 @@ def quantity(text: Any) -> Quantity:
 
 
 def isQuantity(text: Any) -> celtypes.BoolType:
+    return _parses(Quantity.parse, text)
+
+
+def _parses(parse: Callable[[str], object], text: Any) -> celtypes.BoolType:
+    """Whether ``text`` (a string, else no overload) is valid for ``parse``."""
     if not is_str(text):
         raise no_overload()
     try:
-        Quantity.parse(str(text))
+        parse(str(text))
     except ValueError:
         return celtypes.BoolType(False)
     return celtypes.BoolType(True)
@@ -116,13 +122,8 @@ def semver(text: Any, normalize: Any = False) -> Semver:
 
 
 def isSemver(text: Any, normalize: Any = False) -> celtypes.BoolType:
-    if not is_str(text):
-        raise no_overload()
-    try:
-        Semver.parse(str(text), normalize=_normalize_flag(normalize))
-    except ValueError:
-        return celtypes.BoolType(False)
-    return celtypes.BoolType(True)
+    flag = _normalize_flag(normalize)  # a non-bool is no overload, not an invalid version
+    return _parses(lambda value: Semver.parse(value, normalize=flag), text)
 
 
 def _semver(value: Any) -> Semver:

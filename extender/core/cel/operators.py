@@ -131,30 +131,28 @@ def _not_bool(value: Any) -> Any:
 def lazy_and(scope: Any, left: Callable[[Any], Any], right: Callable[[Any], Any]) -> Any:
     """``a && b`` with cel-go's semantics: false wins over errors, and ``b`` is skipped when
     ``a`` is false (celpy evaluates both sides)."""
-    first = result(scope, left)
-    if _truth(first) is False:
-        return FALSE
-    second = result(scope, right)
-    truth = _truth(second)
-    if truth is False:
-        return FALSE
-    if _truth(first) is None:
-        return _not_bool(first)
-    return TRUE if truth else _not_bool(second)
+    return _short_circuit(scope, left, right, False)
 
 
 def lazy_or(scope: Any, left: Callable[[Any], Any], right: Callable[[Any], Any]) -> Any:
     """``a || b``: true wins over errors; ``b`` is skipped when ``a`` is true."""
+    return _short_circuit(scope, left, right, True)
+
+
+def _short_circuit(scope: Any, left: Callable[[Any], Any], right: Callable[[Any], Any], wins: bool) -> Any:
+    """``wins`` decides alone and over errors (false for ``&&``, true for ``||``)."""
+    decided = TRUE if wins else FALSE
     first = result(scope, left)
-    if _truth(first) is True:
-        return TRUE
+    first_truth = _truth(first)
+    if first_truth is wins:
+        return decided
     second = result(scope, right)
     truth = _truth(second)
-    if truth is True:
-        return TRUE
-    if _truth(first) is None:
+    if truth is wins:
+        return decided
+    if first_truth is None:
         return _not_bool(first)
-    return FALSE if truth is False else _not_bool(second)
+    return _not_bool(second) if truth is None else (FALSE if wins else TRUE)
 
 
 def lazy_condition(
@@ -177,11 +175,8 @@ def equal(left: Any, right: Any) -> Any:
 
 
 def not_equal(left: Any, right: Any) -> Any:
-    if isinstance(left, CELEvalError):
-        return left
-    if isinstance(right, CELEvalError):
-        return right
-    return FALSE if cel_equal(left, right) else TRUE
+    same = equal(left, right)
+    return same if isinstance(same, CELEvalError) else (FALSE if same else TRUE)
 
 
 def contained_in(item: Any, container: Any) -> Any:
