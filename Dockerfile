@@ -26,6 +26,7 @@ RUN /opt/dra-extender/bin/pip install \
         "prometheus-client>=0.20" \
         "kubernetes-asyncio>=30.0" \
         "httptools>=0.6" \
+        "greenlet>=3.0" \
         "uvloop>=0.19"
 WORKDIR /src
 COPY pyproject.toml README.md ./

@@ -174,6 +174,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise ValueError(f"must be a positive number of seconds, not {text}")
+    return value
+
+
 def _non_negative_float(text: str) -> float:
     value = float(text)
     if value < 0:
@@ -264,6 +271,22 @@ def _add_serve(commands: Any) -> None:
         "how long a bind waits for the resourceclaim controller to create the pod's template claims "
         "(default %(default)s)",
         type=_checked(_non_negative_float),
+    )
+    option(
+        "--filter-timeout-seconds",
+        "10",
+        "how long the allocator may search one node for a pod's devices before the attempt answers "
+        "Error ('node N: timed out trying to allocate devices'), as kube-scheduler's filterTimeout; "
+        "0: no limit (default %(default)s)",
+        type=_checked(_non_negative_float),
+    )
+    option(
+        "--bind-deadline-seconds",
+        "25",
+        "the whole time one bind may take: reading the pod, waiting for template claims, the claim "
+        "writes with their retries, the binding, and undoing a failure; keep it below kube-scheduler's "
+        "httpTimeout for the extender (30s in deploy/) (default %(default)s)",
+        type=_checked(_positive_float),
     )
     option(
         "--max-body-bytes",
@@ -376,6 +399,8 @@ def _serve(args: argparse.Namespace) -> int:
         on_rejected=on_rejected,
         hold_seconds=args.hold_seconds,
         claim_wait_seconds=args.claim_wait_seconds,
+        bind_deadline_seconds=args.bind_deadline_seconds,
+        filter_timeout_seconds=args.filter_timeout_seconds,
     )
     try:
         run(create_app(service, settings))

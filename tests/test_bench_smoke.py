@@ -51,3 +51,12 @@ def test_quick_pipeline_runs_the_three_processes(tmp_path: Path) -> None:
         if r["backend"] == "kube":
             assert r["api_requests_per_pod_total"] == 3.0 and r["fake_cpu_ms_per_pod"] > 0
             assert r["extender"]["holds placed"] == r["report"]["pods"]
+
+
+def test_quick_loop_stall_prints_its_table(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import loop_stall
+
+    assert loop_stall.main(["--quick"]) == 0
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]  # logs aside
+    assert table[0].startswith("| mode | slice ms | search s | /healthz answered |")
+    assert [line.split("|")[1].strip() for line in table[2:]] == ["blocking", "thread"] + ["cooperative"] * 4

@@ -34,6 +34,7 @@ from extender.core.answers import (
     Unfit,
     Unresolvable,
 )
+from extender.core.budget import CHECK_EVERY, SearchBudget
 from extender.core.capacity import capacity_fits, consumed_capacity
 from extender.core.cel import CelCompileError, CelRuntimeError, SelectorCache
 from extender.core.constraints import Constraint, build_constraint
@@ -348,10 +349,13 @@ class Allocator:
         selectors: SelectorCache | None = None,
         preallocated: Sequence[ResourceClaim] = (),
         shortcuts: bool = True,
+        budget: SearchBudget | None = None,
     ) -> None:
         """``claims``: the pod's unallocated claims, in pod order. ``preallocated``: its claims that
         are already allocated; a node must satisfy each one's ``allocation.nodeSelector`` (their
-        devices belong in ``allocated`` like every other allocated claim's). ``shortcuts=False``
+        devices belong in ``allocated`` like every other allocated claim's). ``budget``: each
+        node's time limit and where the search lets others run (``extender.core.budget``; default:
+        upstream's 10 s per node, never yielding). ``shortcuts=False``
         runs the full search on every node, without the first path and the tight loop that
         settle the common pods faster with the same answers (the reference the tests hold them to)."""
         self.claims = tuple(claims)
@@ -365,6 +369,7 @@ class Allocator:
         )
         self.search_steps = 0
         self.shortcuts = shortcuts
+        self.budget = budget if budget is not None else SearchBudget()
         # Without All-mode requests, preparing the claims (docs/semantics.md §5) gives the same plans, or the
         # same fatal error, on every node: do it once.
         self.node_independent = not any(
@@ -393,8 +398,10 @@ class Allocator:
     # -- public ---------------------------------------------------------------------------
 
     def allocate(self, node: NodeInfo) -> Allocation | None:
-        """The search on one node (module docstring); ``search_steps`` counts its steps."""
+        """The search on one node (module docstring); ``search_steps`` counts its steps. Raises
+        ``AllocationTimedOut`` when the node's budget runs out."""
         self.search_steps = 0
+        self.budget.start(node.name)
         if self.preallocated and self._unavailable_claim(node) is not None:
             return None
         view = self._view(node)
@@ -450,7 +457,10 @@ class Allocator:
         build = self._build_first_path
         out: list[Allocation | NodeUnresolvable | None] = []
         steps = 0
-        for node in nodes:
+        tick = self.budget.tick
+        for position, node in enumerate(nodes):
+            if not position & 15:
+                tick()  # a place to let others run, every 16 nodes
             view = view_of(node)
             for entry in view.devices:
                 if entry.id in allocated:
@@ -773,6 +783,7 @@ class Allocator:
             allocated=self.allocated,
             features=self.features,
             selectors=self.selectors,
+            budget=self.budget,
         )
 
     # -- selection ----------------------------------------------------------------------
@@ -889,6 +900,7 @@ class _Search:
         self.devices = view.devices
         self.pool_of = view.counter_pools
         self.claims = allocator.claims
+        self.budget = allocator.budget
         self.steps = 0
         # device id -> claim indices currently holding it in this attempt (non-shared picks)
         self.allocating: dict[DeviceID, set[int]] = {}
@@ -1012,6 +1024,8 @@ class _Search:
 
     def step(self, c: int, r: int, s: int | None, d: int, in_sub: bool, start: int) -> int:
         self.steps += 1
+        if not self.steps & (CHECK_EVERY - 1):
+            self.budget.check()
         claims = self.claims
         if c == len(claims):
             return _OK

@@ -9,6 +9,9 @@
     │   └── CelError                                                (compile or runtime failure of a selector)
     ├── Transient                   -> Error, retry later           (not synced, claim not created, conflict)
     │   ├── NotSynced                                               (caches not filled yet)
+    │   ├── NotLeader                                               (this replica may not write now)
+    │   ├── AllocationTimedOut                                      (a node's search ran out of budget)
+    │   ├── DeadlineExceeded                                        (a bind ran out of its deadline)
     │   ├── ClaimNotCreated                                         (template claim not there yet)
     │   ├── WriteConflict                                           (409: stale resourceVersion)
     │   └── ApiUnavailable                                          (5xx, 429, timeouts, injected faults)
@@ -24,13 +27,16 @@ the exceptions above exist for the boundaries that need them.
 from __future__ import annotations
 
 __all__ = [
+    "AllocationTimedOut",
     "ApiUnavailable",
     "CelError",
     "ClaimNotCreated",
+    "DeadlineExceeded",
     "DoesNotFit",
     "ExtenderError",
     "InvalidObject",
     "NodeUnresolvable",
+    "NotLeader",
     "NotSynced",
     "ObjectNotFound",
     "OutcomeUnknown",
@@ -72,6 +78,20 @@ class Transient(ExtenderError):
 
 class NotSynced(Transient):
     """The backend's caches have not synced yet."""
+
+
+class NotLeader(Transient):
+    """This replica does not hold (or cannot prove it holds) the leader Lease: it must not write."""
+
+
+class AllocationTimedOut(Transient):
+    """The search on one node used up its time budget (upstream's ``filterTimeout``): the attempt
+    fails with ``Error`` and the pod retries with backoff, as in kube-scheduler 1.34+."""
+
+
+class DeadlineExceeded(Transient):
+    """A bind ran out of its deadline; what it wrote has been undone (or, for a binding whose
+    answer never came, kept for the pod's next attempt)."""
 
 
 class ClaimNotCreated(Transient):

@@ -30,7 +30,7 @@ async def explain(request: web.Request) -> web.Response:
     with log_context(pod=args.pod_key):
         service.observe_nodes(args.nodes)
         try:
-            answer = service.explain(args.pod, args.node_names)
+            answer = await service.explain_cooperatively(args.pod, args.node_names)
         except ExtenderError as exc:
             answer = {"pod": args.pod_key, "error": exc.reason, "nodes": []}
         log.info(

@@ -135,7 +135,7 @@ async def prioritize(request: web.Request) -> web.Response:
     with log_context(pod=pod_key):
         try:
             service.observe_nodes(args.nodes)
-            hosts, scores = service.prioritize_columns(args.pod, args.node_names)
+            hosts, scores = await service.prioritize_cooperatively(args.pod, args.node_names)
         except Exception as exc:
             metrics.errors_by("prioritize", type(exc).__name__).inc()
             if isinstance(exc, ExtenderError):

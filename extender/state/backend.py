@@ -43,6 +43,11 @@ class Backend(Protocol):
         """Stop background work; idempotent."""
         ...
 
+    async def ensure_leader(self) -> None:
+        """Return if this replica may write to the cluster now; raise ``NotLeader`` if it may not
+        (or cannot prove it may). The service asks before it decides or writes anything."""
+        ...
+
     async def get_claim(self, namespace: str, name: str) -> dict[str, Any]:
         """The claim as the source of truth has it now (not the cache). ObjectNotFound if absent."""
         ...

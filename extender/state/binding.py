@@ -12,6 +12,13 @@ docs/pipeline.md ("one pod's timeline") walks through it. In short:
    written, but for a binding sent and never answered, which keeps the claims (undoing them could
    leave a bound pod without its devices).
 
+Before step 1, a replica that may not write (``Backend.ensure_leader``: a standby) refuses the bind
+with ``NotLeader``, having decided and written nothing. The whole bind runs within one deadline
+(``deadline_seconds``): steps 1 to 3 must be done ``rollback_reserve`` before it, the undo of a
+failure within the rest, so that nothing this bind sends lands after kube-scheduler has given up
+on it (``DeadlineExceeded``). The in-flight ledger's TTL is derived from the deadline
+(``ledger_ttl``); docs/configuration.md relates the two to kube-scheduler's ``httpTimeout``.
+
 A bind of a pod whose bind is still running is refused; a repeated bind after success succeeds
 without allocating twice.
 """
@@ -29,6 +36,7 @@ import structlog
 from extender.core.allocator import Allocation
 from extender.core.errors import (
     ClaimNotCreated,
+    DeadlineExceeded,
     DoesNotFit,
     ExtenderError,
     ObjectNotFound,
@@ -37,19 +45,47 @@ from extender.core.errors import (
     WriteConflict,
 )
 from extender.core.model import AllocationResult
+from extender.state import cooperative
 from extender.state.claim_writes import Written, roll_back, write_allocation, write_reservation
 from extender.state.claims import PodClaims, pod_identity, reserved_for
 from extender.state.cluster import ClusterView
 from extender.state.holds import Holds, record
 from extender.state.stats import ServiceStats
 
-__all__ = ["DEFAULT_CLAIM_WAIT_SECONDS", "Binder"]
+__all__ = [
+    "DEFAULT_BIND_DEADLINE_SECONDS",
+    "DEFAULT_CLAIM_WAIT_SECONDS",
+    "LEDGER_TTL_MARGIN_SECONDS",
+    "Binder",
+    "ledger_ttl",
+    "rollback_reserve",
+]
 
 log = structlog.get_logger()
 
 #: How long a bind waits for the resourceclaim controller to create a pod's template claims;
 #: below kube-scheduler's default extender httpTimeout of 5 s.
 DEFAULT_CLAIM_WAIT_SECONDS = 3.0
+#: A bind's whole time: reading the pod, waiting for claims, the writes with their retries, the
+#: binding, and the rollback of a failure. A little under the ``httpTimeout`` of 30 s the
+#: deployment gives kube-scheduler's extender config, so that kube-scheduler never gives up on a
+#: bind (and tries another node) while its writes still land (docs/configuration.md).
+DEFAULT_BIND_DEADLINE_SECONDS = 25.0
+#: How long after a bind's deadline its in-flight entries stay: the watch must show the last
+#: write the bind made before the deadline (normally within milliseconds; a re-list after an API
+#: server restart within seconds).
+LEDGER_TTL_MARGIN_SECONDS = 60.0
+
+
+def rollback_reserve(deadline_seconds: float) -> float:
+    """The end of a bind's deadline kept for undoing a failure: a quarter, at most 5 s."""
+    return min(5.0, deadline_seconds / 4)
+
+
+def ledger_ttl(deadline_seconds: float) -> float:
+    """The in-flight ledger's TTL for a bind deadline: no entry expires while its bind may still
+    write, nor before the watch has had time to show the last write."""
+    return deadline_seconds + LEDGER_TTL_MARGIN_SECONDS
 
 
 @dataclass(slots=True)
@@ -74,8 +110,11 @@ class Binder:
         stats: ServiceStats,
         *,
         claim_wait_seconds: float,
+        deadline_seconds: float = DEFAULT_BIND_DEADLINE_SECONDS,
         binding: set[str],
     ) -> None:
+        if deadline_seconds <= 0:
+            raise ValueError("the bind deadline must be positive")
         self.cluster = cluster
         self.backend = cluster.backend
         self.store = cluster.store
@@ -83,42 +122,63 @@ class Binder:
         self.holds = holds
         self.stats = stats
         self.claim_wait_seconds = claim_wait_seconds
+        self.deadline_seconds = deadline_seconds
         self.binding = binding
         # Binds waiting for template claims, by pod key (see ``_with_created_claims``).
         self._claim_waiters: dict[str, list[asyncio.Event]] = {}
         self.store.claim_listeners.append(self._claim_or_pod_changed)
 
     async def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
-        pod = self.store.pods.get(f"{namespace}/{name}")
+        # Before anything is decided or written: a replica that may not write refuses here, so a
+        # standby sends no request that changes the cluster (``Backend.ensure_leader``).
+        await self.backend.ensure_leader()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.deadline_seconds
+        writes_by = deadline - rollback_reserve(self.deadline_seconds)
+        pod: Mapping[str, Any] | None = self.store.pods.get(f"{namespace}/{name}")
         if pod is None or (uid and pod_identity(pod)[2] != uid):
-            pod = await self.backend.get_pod(namespace, name)  # the one await before the decision
-            if pod is None:
-                raise ObjectNotFound(f'pod "{namespace}/{name}" not found')
+            pod = await self._read_pod(namespace, name, writes_by)  # the one await before the decision
         actual_uid = pod_identity(pod)[2]
         if uid and actual_uid != uid:
             raise WriteConflict(f'pod "{namespace}/{name}" has UID {actual_uid}, not {uid}: it was re-created')
         if actual_uid in self.binding:
             raise Transient(f'pod "{namespace}/{name}" is being bound already')
-        decision = self._decide(pod, node_name)
-        if decision is None:
-            return  # a retry after success: nothing left to do
-        self.binding.add(actual_uid)
+        self.binding.add(actual_uid)  # before the decision: a long search lets other requests run
         try:
-            if decision.claims.provisional:
-                decision = await self._with_created_claims(decision)
-            await self._write(decision)
-        except asyncio.CancelledError:
-            # What reached the API is unknown: the entries keep the devices taken until the store
-            # shows the claims (reconcile) or their TTL ends.
-            raise
-        except BaseException:
-            for claim in decision.claims.to_allocate:
-                self.ledger.drop(claim.key, pod_uid=actual_uid)  # this bind's own entries only
-            raise
+            decision = await cooperative.run(self._decide, pod, node_name)
+            if decision is None:
+                return  # a retry after success: nothing left to do
+            try:
+                if decision.claims.provisional:
+                    decision = await self._with_created_claims(decision, writes_by)
+                await self._write(decision, writes_by, deadline)
+            except asyncio.CancelledError:
+                # What reached the API is unknown: the entries keep the devices taken until the
+                # store shows the claims (reconcile) or their TTL ends.
+                raise
+            except BaseException:
+                for claim in decision.claims.to_allocate:
+                    self.ledger.drop(claim.key, pod_uid=actual_uid)  # this bind's own entries only
+                raise
         finally:
             self.binding.discard(actual_uid)
         # Entries leave the ledger once the store shows the allocations (reconcile).
         self.ledger.reconcile(self.store.claims)
+
+    async def _read_pod(self, namespace: str, name: str, writes_by: float) -> Mapping[str, Any]:
+        timeout = asyncio.timeout_at(writes_by)
+        try:
+            async with timeout:
+                pod = await self.backend.get_pod(namespace, name)
+        except TimeoutError:
+            if not timeout.expired():
+                raise
+            raise DeadlineExceeded(
+                f'pod "{namespace}/{name}": bind deadline of {self.deadline_seconds:g}s passed while reading the pod'
+            ) from None
+        if pod is None:
+            raise ObjectNotFound(f'pod "{namespace}/{name}" not found')
+        return pod
 
     # --- the decision -----------------------------------------------------------------------------
 
@@ -137,21 +197,28 @@ class Binder:
         return _Decision(pod, node_name, claims, self._allocate(claims, node_name))
 
     def _allocate(self, claims: PodClaims, node_name: str) -> tuple[AllocationResult, ...]:
-        answer = self.cluster.allocator(claims).answer(self.store.node(node_name))
+        """The allocation on the chosen node, recorded in the ledger. A search that let others run
+        is used only if nothing it read on that node changed meanwhile."""
+        search = self.cluster.watched_search((node_name,))
+        answer = self.cluster.allocator(claims, budget=search.budget).answer(self.store.node(node_name))
+        current = search.unchanged()
+        if current is not None and node_name not in current:
+            raise Transient(
+                f"node {node_name}: its devices changed during a long allocation; try again", node=node_name
+            )
         if not isinstance(answer, Allocation):
             raise DoesNotFit(f"node {node_name} no longer fits the pod: {answer.reason}", node=node_name)
         record(self.cluster, claims, node_name, answer.results, tentative=False)
         return answer.results
 
-    async def _with_created_claims(self, decision: _Decision) -> _Decision:
-        """Wait (at most ``claim_wait_seconds``) until the resourceclaim controller has created the
-        pod's template claims and the store shows them, then decide again for the real claims in
-        one synchronous step: the provisional entries give their devices back and the same
-        allocation is recorded under the claims' own keys."""
+    async def _with_created_claims(self, decision: _Decision, writes_by: float) -> _Decision:
+        """Wait (at most ``claim_wait_seconds``, and never past ``writes_by``) until the
+        resourceclaim controller has created the pod's template claims and the store shows them,
+        then decide again for the real claims (``_decide_again``)."""
         pod_key = decision.claims.pod_key
         loop = asyncio.get_running_loop()
         started = loop.time()
-        deadline = started + self.claim_wait_seconds
+        deadline = min(started + self.claim_wait_seconds, writes_by)
         event = asyncio.Event()
         self._claim_waiters.setdefault(pod_key, []).append(event)
         try:
@@ -179,6 +246,10 @@ class Binder:
                 self._claim_waiters.pop(pod_key, None)
         self.stats.claim_waits += 1
         self.stats.claim_wait_seconds += loop.time() - started
+        return await cooperative.run(self._decide_again, decision, pod, claims)
+
+    def _decide_again(self, decision: _Decision, pod: Mapping[str, Any], claims: PodClaims) -> _Decision:
+        """The provisional entries give their devices back, the real claims get their own."""
         for claim in decision.claims.to_allocate:
             self.ledger.drop(claim.key, pod_uid=decision.claims.pod_uid)
         return _Decision(pod, decision.node, claims, self._allocate(claims, decision.node))
@@ -197,40 +268,77 @@ class Binder:
 
     # --- the writes -------------------------------------------------------------------------------
 
-    async def _write(self, decision: _Decision) -> None:
-        """The claim writes, then the binding; on failure exactly what was written is undone."""
+    async def _write(self, decision: _Decision, writes_by: float, deadline: float) -> None:
+        """The claim writes, then the binding, all before ``writes_by``; on failure exactly what
+        was written is undone, before ``deadline``. A binding sent and never answered (or still
+        in flight at ``writes_by``) keeps the claims: undoing them could leave a bound pod
+        without its devices; kept, they pin the pod's next attempt to this node (and the
+        resourceclaim controller frees them if the pod goes away)."""
         pod, claims = decision.pod, decision.claims
         namespace, name, uid = pod_identity(pod)
         written: list[Written] = []
         keep_writes = False
+        step = "claim writes"
+        timeout = asyncio.timeout_at(writes_by)
         try:
-            results = dict(zip((c.key for c in claims.to_allocate), decision.results, strict=True))
-            for claim in claims.all:
-                record_ = Written(claim.key)
-                written.append(record_)
-                if claim.key in results:
-                    await write_allocation(self.backend, self.store, claim, results[claim.key], pod, record_)
-                    self.stats.allocations += 1
-                elif not reserved_for(claim, uid):
-                    await write_reservation(self.backend, self.store, claim, pod, record_)
             try:
-                await self.backend.bind_pod(namespace, name, uid, decision.node)
-            except WriteConflict:
-                # refused: fine if an earlier bind of ours bound the pod there (the cache lagged)
-                if not await self._bound_already(namespace, name, uid, decision.node):
+                async with timeout:
+                    results = dict(zip((c.key for c in claims.to_allocate), decision.results, strict=True))
+                    for claim in claims.all:
+                        record_ = Written(claim.key)
+                        written.append(record_)
+                        if claim.key in results:
+                            await write_allocation(self.backend, self.store, claim, results[claim.key], pod, record_)
+                            self.stats.allocations += 1
+                        elif not reserved_for(claim, uid):
+                            await write_reservation(self.backend, self.store, claim, pod, record_)
+                    step = "the binding"
+                    await self._bind_pod(namespace, name, uid, decision.node, deadline)
+            except TimeoutError:
+                if not timeout.expired():
                     raise
+                if step == "the binding":
+                    # Sent or not, made or not: unknown. Made after all? Then this bind succeeded.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout_at(deadline):
+                            if await self._bound_already(namespace, name, uid, decision.node):
+                                return
+                    keep_writes = True
+                raise DeadlineExceeded(
+                    f'pod "{namespace}/{name}": bind deadline of {self.deadline_seconds:g}s passed during {step}'
+                    + ("; its claims are kept for the pod's next attempt" if keep_writes else ""),
+                    node=decision.node,
+                ) from None
             except OutcomeUnknown:
-                if await self._bound_already(namespace, name, uid, decision.node):
-                    return  # this very request bound it; only its answer was lost
-                # Whether the binding was made is unknown. Undoing the claims could leave a bound
-                # pod without its devices; kept, they pin the pod's next attempt to this node
-                # (and the resourceclaim controller frees them if the pod goes away).
-                keep_writes = True
+                if step == "the binding":
+                    keep_writes = True
                 raise
         except Exception:
             if not keep_writes:
-                await roll_back(self.backend, written, uid)
+                await self._roll_back(written, uid, deadline)
             raise
+
+    async def _bind_pod(self, namespace: str, name: str, uid: str, node: str, deadline: float) -> None:
+        """The binding; a refusal or a lost answer is looked into (before ``deadline``): the pod
+        may be bound there already by this very request or an earlier bind of ours."""
+        try:
+            await self.backend.bind_pod(namespace, name, uid, node)
+        except (WriteConflict, OutcomeUnknown):
+            # refused (the cache lagged an earlier bind of ours) or unanswered (made after all?)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    if await self._bound_already(namespace, name, uid, node):
+                        return
+            raise
+
+    async def _roll_back(self, written: list[Written], uid: str, deadline: float) -> None:
+        """``roll_back`` before ``deadline``; what it could not undo by then is left to the pod's
+        next attempt (a claim reserved for it pins it) or the resourceclaim controller."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                await roll_back(self.backend, written, uid)
+        except TimeoutError:
+            log.warning("bind.rollback_unfinished", claims=[w.claim_key for w in written if w.wrote])
 
     async def _bound_already(self, namespace: str, name: str, uid: str, node_name: str) -> bool:
         """After a refused or unanswered binding: is the pod bound to this node already?"""

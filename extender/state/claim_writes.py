@@ -10,8 +10,9 @@ The write protocol of the in-tree plugin's PreBind (docs/pipeline.md, "the write
 
 A shared claim that is allocated already only gets the pod's ``reservedFor`` entry. Every step
 retries on a write conflict with a fresh copy, through one helper (``retry_on_conflict``), five
-attempts as client-go's ``retry.DefaultRetry``; ``Written`` records what a bind wrote so that
-``roll_back`` undoes exactly that, newest first.
+attempts as client-go's ``retry.DefaultRetry``; ``Written`` records what a bind wrote (or sent: an
+unanswered request may have been carried out) so that ``roll_back`` undoes exactly that, newest
+first, each undo checking the claim as it is now.
 """
 
 from __future__ import annotations
@@ -115,16 +116,19 @@ async def write_allocation(
         finalizers = meta.setdefault("finalizers", [])
         if DELETE_PROTECTION_FINALIZER not in finalizers:
             finalizers.append(DELETE_PROTECTION_FINALIZER)
-            raw = await backend.update_claim(raw)
+            # Recorded before the request: an answer lost (or a deadline hit) in flight may hide a
+            # write that was made; the undo checks the claim as it is, so a write never made
+            # costs a read, and one made is never left behind.
             record.added_finalizer = True
+            raw = await backend.update_claim(raw)
             status = raw.setdefault("status", {})
         allocation = encode_allocation_result(result, str(raw.get("apiVersion") or claim.api_version))
         allocation["allocationTimestamp"] = utc_now_text()
         status["allocation"] = allocation
         status.setdefault("reservedFor", []).append({"resource": "pods", "name": name, "uid": uid})
-        await backend.update_claim_status(raw)
         record.set_allocation = True
         record.added_reservation = True
+        await backend.update_claim_status(raw)
 
     await retry_on_conflict(step, what=f"add allocation and reservation to claim {claim.key}", claim=claim.key)
 
@@ -144,9 +148,9 @@ async def write_reservation(
         if any(ref.get("uid") == uid for ref in consumers):
             return
         consumers.append({"resource": "pods", "name": name, "uid": uid})
+        record.added_reservation = True  # before the request, as in ``write_allocation``
         # The allocation goes back exactly as stored: the API server rejects any change.
         await backend.update_claim_status(raw)
-        record.added_reservation = True
 
     await retry_on_conflict(step, what=f"add reservation to claim {claim.key}", claim=claim.key)
 

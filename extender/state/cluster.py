@@ -9,26 +9,41 @@ the allocator for a pod is built over both (``allocator``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Collection, Container, Mapping
 from typing import Any
 
 from extender.core.allocator import Allocator
+from extender.core.budget import DEFAULT_FILTER_TIMEOUT_SECONDS, DEFAULT_SLICE_SECONDS, SearchBudget
 from extender.core.model import Features
+from extender.core.pools import NodeView, PoolNodeSelectionError
+from extender.state import cooperative
 from extender.state.backend import Backend
 from extender.state.claims import PodClaims, pod_identity, resolve_pod_claims
 from extender.state.ledger import InFlightAllocation, InFlightLedger
 
-__all__ = ["ClusterView"]
+__all__ = ["ClusterView", "WatchedSearch"]
 
 
 class ClusterView:
     """The backend's store plus the ledger; see the module docstring."""
 
-    def __init__(self, backend: Backend, ledger: InFlightLedger, features: Features) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        ledger: InFlightLedger,
+        features: Features,
+        *,
+        filter_timeout_seconds: float = DEFAULT_FILTER_TIMEOUT_SECONDS,
+        slice_seconds: float = DEFAULT_SLICE_SECONDS,
+    ) -> None:
         self.backend = backend
         self.store = backend.store
         self.ledger = ledger
         self.features = features
+        #: Each node's search budget (upstream's ``filterTimeout``; 0: none) and the longest the
+        #: allocator works before it lets the event loop run (``extender.core.budget``).
+        self.filter_timeout_seconds = filter_timeout_seconds
+        self.slice_seconds = slice_seconds
         #: Told of the entries ``refresh`` let expire (the holds count theirs).
         self.on_expired: Callable[[list[InFlightAllocation]], None] = lambda _entries: None
         #: UIDs of pods whose bind is running: their entries do not expire (``refresh``).
@@ -51,12 +66,17 @@ class ClusterView:
         self.ledger.reconcile(self.store.claims)
         self.store.snapshot()
 
-    def allocator(self, claims: PodClaims, *, refresh: bool = True) -> Allocator:
+    def allocator(
+        self, claims: PodClaims, *, refresh: bool = True, budget: SearchBudget | None = None
+    ) -> Allocator:
         """The allocator for a pod's claims over the cluster as it is now (``refresh=False`` for
-        callers that have just refreshed)."""
+        callers that have just refreshed), with ``budget`` (default: the service's per-node limit,
+        never yielding; ``WatchedSearch.budget`` for one that lets the event loop run)."""
         if refresh:
             self.refresh()
         store = self.store
+        if budget is None:
+            budget = SearchBudget(self.filter_timeout_seconds, slice_seconds=self.slice_seconds)
         return Allocator(
             claims.to_allocate,
             classes=store.classes,
@@ -65,7 +85,16 @@ class ClusterView:
             features=self.features,
             selectors=store.selectors,
             preallocated=claims.allocated,
+            budget=budget,
         )
+
+    def watched_search(
+        self, nodes: Collection[str], *, on_first_pause: Callable[[], None] | None = None
+    ) -> WatchedSearch:
+        """A budget for a search over ``nodes`` that may let the event loop run, and afterwards
+        which of those nodes' inputs stayed as they were (``WatchedSearch``); ``on_first_pause``
+        runs just before the search first lets others run."""
+        return WatchedSearch(self, nodes, on_first_pause)
 
     def pod(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
         """The pod of a request as the backend holds it (it may carry status the request's copy
@@ -81,3 +110,62 @@ class ClusterView:
         """``resolve_pod_claims`` over this view (template claims from their templates where they
         do not exist yet, unless ``from_templates`` is off)."""
         return resolve_pod_claims(pod, self.store, self.ledger, from_templates=from_templates)
+
+
+class WatchedSearch:
+    """A search that may pause (``extender.state.cooperative``), and what changed meanwhile.
+
+    ``budget`` is the ``SearchBudget`` to give the allocator. At the first slice's end — before
+    anything else may run — every watched node registers its current view with the FitCache
+    (``FitCache.depends``), the registration remembered verdicts use; whatever the store or the
+    ledger then changes drops exactly the nodes it concerns. After the search, ``unchanged()``
+    says which nodes' answers are still current: all of them if the search never paused, else
+    those still registered with the same view."""
+
+    __slots__ = ("_cluster", "_nodes", "_on_first_pause", "_registered", "budget")
+
+    def __init__(
+        self, cluster: ClusterView, nodes: Collection[str], on_first_pause: Callable[[], None] | None = None
+    ) -> None:
+        self._cluster = cluster
+        self._nodes = nodes
+        self._on_first_pause = on_first_pause
+        self._registered: dict[str, NodeView] | None = None
+        self.budget = SearchBudget(
+            cluster.filter_timeout_seconds, slice_seconds=cluster.slice_seconds, on_slice_end=self._slice_ended
+        )
+
+    @property
+    def paused(self) -> bool:
+        """Whether the search let others run (the watch began at its first pause)."""
+        return self._registered is not None
+
+    def _slice_ended(self) -> None:
+        if self._registered is None and cooperative.can_pause():
+            self._registered = self._register()
+            if self._on_first_pause is not None:
+                self._on_first_pause()
+        cooperative.slice_ended()
+
+    def _register(self) -> dict[str, NodeView]:
+        store, features = self._cluster.store, self._cluster.features
+        snapshot, fits = store.snapshot(), store.fits  # nothing ran since the search began: its snapshot
+        registered: dict[str, NodeView] = {}
+        for name in self._nodes:
+            try:
+                view = snapshot.node_view(store.node(name), features)
+            except PoolNodeSelectionError:
+                continue  # unwatchable: never counted as unchanged after a pause
+            fits.depends(name, view)
+            registered[name] = view
+        return registered
+
+    def unchanged(self) -> set[str] | None:
+        """None if the search never paused (every answer is current); else the watched nodes whose
+        inputs did not change while it was paused."""
+        if not self.paused:
+            return None
+        store = self._cluster.store
+        store.snapshot()  # slice changes that arrived meanwhile drop the nodes they concern
+        registered = self._registered or {}
+        return {name for name, view in registered.items() if store.fits.registered_view(name) is view}

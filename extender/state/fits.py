@@ -54,6 +54,7 @@ class FitCacheStats:
     hits: int = 0
     misses: int = 0
     dropped: int = 0  # node verdicts dropped by invalidation
+    stale: int = 0  # verdicts not remembered: their inputs changed while the search paused
 
 
 class ShapeVerdicts:
@@ -255,6 +256,10 @@ class FitCache:
                 self._dependents[key] = {node}
             else:
                 nodes.add(node)
+
+    def registered_view(self, node: str) -> NodeView | None:
+        """The view ``node`` registered with (``depends``), None once anything it depends on changed."""
+        return self._registered.get(node)
 
     def __len__(self) -> int:
         """Remembered node verdicts, over all shapes."""

@@ -53,9 +53,12 @@ class Holds:
             return
         results = _held_devices(verdict) if isinstance(verdict, Allocation) else None
         if results is None:
-            answer = self.cluster.allocator(claims, refresh=False).answer(self.cluster.store.node(node_name))
-            if not isinstance(answer, Allocation):
-                return
+            search = self.cluster.watched_search((node_name,))
+            allocator = self.cluster.allocator(claims, refresh=False, budget=search.budget)
+            answer = allocator.answer(self.cluster.store.node(node_name))
+            current = search.unchanged()
+            if not isinstance(answer, Allocation) or (current is not None and node_name not in current):
+                return  # nothing to hold, or it may be stale: the bind decides afresh anyway
             results = answer.results
         record(self.cluster, claims, node_name, results, tentative=True, ttl_seconds=self.seconds)
         self.stats.count_hold("placed")

@@ -18,7 +18,7 @@ from extender.state.claim_writes import deallocate
 from extender.state.claims import pod_identity
 from extender.state.cluster import ClusterView
 
-__all__ = ["deallocate_stuck_claim", "stuck_claim"]
+__all__ = ["deallocate_claim", "stuck_claim"]
 
 log = structlog.get_logger()
 
@@ -47,17 +47,12 @@ def stuck_claim(cluster: ClusterView, pod: Mapping[str, Any], node_names: Sequen
     return None
 
 
-async def deallocate_stuck_claim(
-    cluster: ClusterView, pod: Mapping[str, Any], node_names: Sequence[str]
-) -> ResourceClaim | None:
-    """Deallocate ``stuck_claim``'s claim; returns it, or None if there was none or the write failed."""
-    stuck = stuck_claim(cluster, pod, node_names)
-    if stuck is None:
-        return None
+async def deallocate_claim(cluster: ClusterView, pod: Mapping[str, Any], claim: ResourceClaim) -> bool:
+    """Deallocate the claim ``stuck_claim`` found; False if the write failed (logged)."""
     try:
-        await deallocate(cluster.backend, stuck, pod_identity(pod)[2])
+        await deallocate(cluster.backend, claim, pod_identity(pod)[2])
     except ExtenderError as exc:
-        log.warning("filter.deallocation_failed", claim=stuck.key, reason=exc.reason)
-        return None
-    log.info("filter.deallocated", pod=pod_identity(pod)[1], claim=stuck.key)
-    return stuck
+        log.warning("filter.deallocation_failed", claim=claim.key, reason=exc.reason)
+        return False
+    log.info("filter.deallocated", pod=pod_identity(pod)[1], claim=claim.key)
+    return True

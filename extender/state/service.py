@@ -25,23 +25,26 @@ from typing import Any
 import structlog
 
 from extender.core.answers import NOT_SYNCED
+from extender.core.budget import DEFAULT_FILTER_TIMEOUT_SECONDS
 from extender.core.cel import CelCompileError
 from extender.core.errors import ExtenderError, NotSynced, PodUnschedulable
 from extender.core.model import Features
 from extender.core.scoring import TOPOLOGY, ScoringPolicy, scores_by_value
+from extender.state import cooperative
 from extender.state.backend import Backend
-from extender.state.binding import DEFAULT_CLAIM_WAIT_SECONDS, Binder
+from extender.state.binding import DEFAULT_BIND_DEADLINE_SECONDS, DEFAULT_CLAIM_WAIT_SECONDS, Binder, ledger_ttl
 from extender.state.claim_writes import DELETE_PROTECTION_FINALIZER
 from extender.state.claims import pod_identity
 from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
 from extender.state.holds import DEFAULT_HOLD_SECONDS, Holds, one_best
 from extender.state.ledger import InFlightLedger
-from extender.state.recovery import deallocate_stuck_claim
+from extender.state.recovery import deallocate_claim, stuck_claim
 from extender.state.stats import ServiceStats
 from extender.state.verdicts import FilterOutcome, VerdictCache
 
 __all__ = [
+    "DEFAULT_BIND_DEADLINE_SECONDS",
     "DEFAULT_CLAIM_WAIT_SECONDS",
     "DEFAULT_HOLD_SECONDS",
     "DELETE_PROTECTION_FINALIZER",
@@ -67,26 +70,36 @@ class SchedulingService:
         on_rejected: Callable[[Mapping[str, Any]], None] | None = None,
         hold_seconds: float = DEFAULT_HOLD_SECONDS,
         claim_wait_seconds: float = DEFAULT_CLAIM_WAIT_SECONDS,
+        bind_deadline_seconds: float = DEFAULT_BIND_DEADLINE_SECONDS,
+        filter_timeout_seconds: float = DEFAULT_FILTER_TIMEOUT_SECONDS,
     ) -> None:
         """``on_rejected`` is told of every pod that no offered node fits (the kube backend uses it
         to requeue such pods quickly once devices free up). ``hold_seconds`` > 0 turns on the
         tentative holds and prioritize's one best node (docs/pipeline.md); ``claim_wait_seconds``
-        is how long a bind waits for template claims that do not exist yet."""
+        is how long a bind waits for template claims that do not exist yet, ``bind_deadline_seconds``
+        the whole time a bind may take (and, through ``ledger_ttl``, how long in-flight entries
+        live unless a ``ledger`` is given), ``filter_timeout_seconds`` each node's search budget
+        (upstream's ``filterTimeout``; 0: none)."""
         self.backend = backend
         self.store = backend.store
-        self.ledger = ledger if ledger is not None else InFlightLedger()
+        self.ledger = ledger if ledger is not None else InFlightLedger(ttl_seconds=ledger_ttl(bind_deadline_seconds))
         self.features = features
         self.scoring = scoring if scoring is not None else ScoringPolicy.parse("binpack=1,prioritized=1")
         self.scoring_annotation = scoring_annotation
         self.on_rejected = on_rejected
         self.stats = ServiceStats()
         binding: set[str] = set()  # UIDs of pods with a bind running
-        self.cluster = ClusterView(backend, self.ledger, features)
+        self.cluster = ClusterView(backend, self.ledger, features, filter_timeout_seconds=filter_timeout_seconds)
         self.cluster.binding = binding
         self.verdicts = VerdictCache(self.cluster, features)
         self.holds = Holds(self.cluster, self.stats, seconds=hold_seconds, binding=binding)
         self.binder = Binder(
-            self.cluster, self.holds, self.stats, claim_wait_seconds=claim_wait_seconds, binding=binding
+            self.cluster,
+            self.holds,
+            self.stats,
+            claim_wait_seconds=claim_wait_seconds,
+            deadline_seconds=bind_deadline_seconds,
+            binding=binding,
         )
         self.views = DebugViews(self.cluster, lambda pod, names: self._filter(pod, names, hold=False))
 
@@ -120,14 +133,22 @@ class SchedulingService:
         return result
 
     async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
-        """``filter``, then, when no node fits because a claim of the pod is allocated elsewhere
-        for it alone, that claim deallocated (``recovery.py``) and ``Error`` answered, so that the
-        scheduler retries soon and the claim is allocated afresh."""
-        outcome = self.filter(pod, node_names)
+        """``filter``, letting the event loop run during a long search (``cooperative.py``); then,
+        when no node fits because a claim of the pod is allocated elsewhere for it alone, that
+        claim deallocated (``recovery.py``) and ``Error`` answered, so that the scheduler retries
+        soon and the claim is allocated afresh."""
+        outcome = await cooperative.run(self.filter, pod, node_names)
         if outcome.node_names or outcome.error or not node_names:
             return outcome
-        stuck = await deallocate_stuck_claim(self.cluster, pod, node_names)
+        stuck = stuck_claim(self.cluster, pod, node_names)
         if stuck is None:
+            return outcome
+        try:
+            # The deallocation is a write: a standby must not make it (nor decide it from its cache).
+            await self.backend.ensure_leader()
+        except ExtenderError as exc:
+            return FilterOutcome([], error=f"claim {stuck.key} must be deallocated, but {exc.reason}")
+        if not await deallocate_claim(self.cluster, pod, stuck):
             return outcome
         return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck.key} completed")
 
@@ -142,6 +163,12 @@ class SchedulingService:
     def prioritize(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
         """A 0..10 score for every given node (0 where the claims do not fit)."""
         return list(zip(*self.prioritize_columns(pod, node_names), strict=True))
+
+    async def prioritize_cooperatively(
+        self, pod: Mapping[str, Any], node_names: Sequence[str]
+    ) -> tuple[Sequence[str], list[int]]:
+        """``prioritize_columns``, letting the event loop run during a long search."""
+        return await cooperative.run(self.prioritize_columns, pod, node_names)
 
     def prioritize_columns(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> tuple[Sequence[str], list[int]]:
         """``prioritize`` as two columns, the nodes (as given) and their scores: what the HTTP
@@ -204,6 +231,10 @@ class SchedulingService:
 
     def explain(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:
         return self.views.explain(pod, node_names)
+
+    async def explain_cooperatively(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:
+        """``explain``, letting the event loop run during a long search."""
+        return await cooperative.run(self.views.explain, pod, node_names)
 
     def debug_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.views.claim(namespace, name)

@@ -21,13 +21,13 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import astuple, dataclass, field
 from itertools import count, filterfalse
 
-from extender.core.allocator import Allocation
+from extender.core.allocator import Allocation, NodeAnswer
 from extender.core.answers import Unresolvable
 from extender.core.model import Features
 from extender.core.scoring import DeviceUsage, ScoringCandidate, node_device_usage, raw_scores
 from extender.state.claims import PodClaims
 from extender.state.cluster import ClusterView
-from extender.state.fits import ShapeVerdicts
+from extender.state.fits import ShapeVerdicts, Verdict
 
 __all__ = ["Candidates", "FilterOutcome", "VerdictCache"]
 
@@ -139,19 +139,62 @@ class VerdictCache:
         table = fits.table(shape) if remember else ShapeVerdicts()
         unknown = table.unknown(candidates.serial, candidates.unique)
         fits.stats.hits += len(candidates.names) - len(unknown)
-        if unknown:
-            fits.stats.misses += len(unknown)
-            answers = self.cluster.allocator(claims, refresh=False).answer_many(unknown, self.store.node)
-            if answers.elsewhere:
-                table.put_all(answers.elsewhere)  # decided from the claims' node names alone
-            snapshot = self.store.snapshot()
-            for name, answer in answers.decided.items():
-                view = snapshot.cached_view(self.store.node(name), self.features)
-                if view is not None:  # else decided from the node's labels alone
-                    fits.depends(name, view)
-                table.put(name, answer.detached() if isinstance(answer, Allocation) else answer)
+        if not unknown:
+            table.mark_covered(candidates.serial)
+            return table
+        fits.stats.misses += len(unknown)
+        known: dict[str, Verdict] = {}
+
+        def keep_known() -> None:  # at the first pause, what the table knows of the other candidates
+            by_node = table.by_node
+            known.update((name, by_node[name]) for name in candidates.unique.difference(unknown) if name in by_node)
+
+        search = self.cluster.watched_search(unknown, on_first_pause=keep_known)
+        allocator = self.cluster.allocator(claims, refresh=False, budget=search.budget)
+        answers = allocator.answer_many(unknown, self.store.node)
+        current = search.unchanged()
+        if current is not None and (
+            not current.issuperset(answers.decided) or any(table.by_node.get(n) is not v for n, v in known.items())
+        ):
+            # The search let others run and some nodes' inputs changed meanwhile: this request is
+            # answered from what the search saw (as of its start, like a scheduler's snapshot),
+            # but only the answers still current are remembered.
+            return self._answered_once(table, known, answers.elsewhere, answers.decided, current)
+        if answers.elsewhere:
+            table.put_all(answers.elsewhere)  # decided from the claims' node names alone
+        snapshot = self.store.snapshot()
+        for name, answer in answers.decided.items():
+            view = snapshot.cached_view(self.store.node(name), self.features)
+            if view is not None:  # else decided from the node's labels alone
+                fits.depends(name, view)
+            table.put(name, answer.detached() if isinstance(answer, Allocation) else answer)
         table.mark_covered(candidates.serial)
         return table
+
+    def _answered_once(
+        self,
+        table: ShapeVerdicts,
+        known: dict[str, Verdict],
+        elsewhere: dict[str, Unresolvable],
+        decided: dict[str, NodeAnswer],
+        current: set[str],
+    ) -> ShapeVerdicts:
+        """The verdicts of one request whose search saw inputs that changed while it paused: the
+        current answers go into the remembered ``table``, all of them (with the verdicts ``known``
+        at the first pause) into a table of this request only; the remembered one is not marked
+        covered, so its missing nodes are asked about again."""
+        table.put_all(elsewhere)
+        once = ShapeVerdicts()
+        for name, verdict in known.items():
+            once.put(name, verdict)
+        once.put_all(elsewhere)
+        for name, answer in decided.items():
+            verdict = answer.detached() if isinstance(answer, Allocation) else answer
+            if name in current:
+                table.put(name, verdict)  # registered with its view at the first pause
+            once.put(name, verdict)
+        self.store.fits.stats.stale += len(decided.keys() - current)
+        return once
 
     def filter_outcome(self, verdicts: ShapeVerdicts, candidates: Candidates) -> FilterOutcome:
         """The filter answer from the verdicts (C-level set and dict work only: it is per node)."""

@@ -74,6 +74,11 @@ class FakeService:
     async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
         return self.filter(pod, node_names)
 
+    async def prioritize_cooperatively(
+        self, pod: Mapping[str, Any], node_names: Sequence[str]
+    ) -> tuple[list[str], list[Any]]:
+        return self.prioritize_columns(pod, node_names)
+
     def prioritize_columns(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> tuple[list[str], list[Any]]:
         self.calls.append(("prioritize", pod["metadata"]["name"], list(node_names)))
         self._maybe_raise("prioritize")
@@ -82,6 +87,9 @@ class FakeService:
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         self.calls.append(("bind", namespace, name, uid, node))
         self._maybe_raise("bind")
+
+    async def explain_cooperatively(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:
+        return self.explain(pod, node_names)
 
     def explain(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:
         self.calls.append(("explain", pod["metadata"]["name"], list(node_names)))

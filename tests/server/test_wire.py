@@ -39,6 +39,9 @@ from tests.server.fakes import node_list, pod
         (errors.CelError("no such key: model"), WireField.ERROR),
         (errors.Transient("retry"), WireField.ERROR),
         (errors.NotSynced("cache not synced yet"), WireField.ERROR),
+        (errors.NotLeader("not the leader: lease held by b"), WireField.ERROR),
+        (errors.AllocationTimedOut("node n1: timed out trying to allocate devices"), WireField.ERROR),
+        (errors.DeadlineExceeded("bind deadline of 25s passed"), WireField.ERROR),
         (errors.ClaimNotCreated("not yet"), WireField.ERROR),
         (errors.WriteConflict("409"), WireField.ERROR),
         (errors.ApiUnavailable("503"), WireField.ERROR),
@@ -59,7 +62,7 @@ def test_every_extender_error_class_is_in_the_table() -> None:
     known = {
         "ExtenderError", "DoesNotFit", "NodeUnresolvable", "PodUnschedulable", "CelError", "Transient",
         "NotSynced", "ClaimNotCreated", "WriteConflict", "ApiUnavailable", "ObjectNotFound", "InvalidObject",
-        "OutcomeUnknown",
+        "OutcomeUnknown", "NotLeader", "AllocationTimedOut", "DeadlineExceeded",
     }  # fmt: skip
     assert set(errors.__all__) == known
 

@@ -281,8 +281,8 @@ def test_prioritize_and_later_pods_reuse_remembered_verdicts_until_a_node_change
     calls = []
     original = svc.cluster.allocator
 
-    def counting(claims: Any, *, refresh: bool = True) -> Any:
-        allocator = original(claims, refresh=refresh)
+    def counting(claims: Any, *, refresh: bool = True, budget: Any = None) -> Any:
+        allocator = original(claims, refresh=refresh, budget=budget)
         real = allocator.answer_many
 
         def many(names: Any, node: Any) -> Any:

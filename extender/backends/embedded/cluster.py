@@ -204,6 +204,9 @@ class EmbeddedBackend:
             except (InvalidObject, WriteConflict) as exc:
                 log.warning("node.not_stored", node=name, reason=exc.reason)
 
+    async def ensure_leader(self) -> None:
+        """One process, one replica: always the leader."""
+
     def observe_pod(self, raw_pod: dict[str, Any]) -> None:
         """Remember a pod from a scheduler request and create its template claims.
 

@@ -16,7 +16,7 @@ copy (or an older event still in flight) cannot move the store back in time. A f
 recorded as a Kubernetes Event on the pod, correlated as client-go does (``events.py``); a
 successful one is not: kube-scheduler records ``Scheduled`` itself.
 
-Optional parts: ``leader`` (``LeaseWatcher``: bind only while the co-located kube-scheduler leads)
+Optional parts: ``leader`` (``LeaseWatcher``: write only while the co-located kube-scheduler leads)
 and the fast requeue (``rejected`` + ``Requeuer``: nudge rejected pods when devices free up).
 """
 
@@ -293,6 +293,12 @@ class KubeBackend:
 
     # --- writes ---------------------------------------------------------------------------------
 
+    async def ensure_leader(self) -> None:
+        """With ``settings.lease``: raise ``NotLeader`` unless the co-located kube-scheduler holds
+        the Lease (``leader.py``); without: always the leader."""
+        if self.leader is not None:
+            await self.leader.ensure_leader()
+
     async def update_claim(self, raw: dict[str, Any]) -> dict[str, Any]:
         return await self._put_claim(raw, "", verb="update", resource=f"resourceclaims.{GROUP}")
 
@@ -326,8 +332,9 @@ class KubeBackend:
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         try:
-            if self.leader is not None:
-                await self.leader.ensure_leader()
+            # Asked before the bind decided anything, and again here: a bind may have waited for
+            # template claims meanwhile (the answer is cached, so this is rarely a GET).
+            await self.ensure_leader()
             await self._api().request(
                 "POST",
                 f"/api/v1/namespaces/{namespace}/pods/{name}/binding",

@@ -1,35 +1,34 @@
-"""Optional: bind only while the co-located kube-scheduler holds its leader Lease.
+"""Optional: write only while the co-located kube-scheduler holds its leader Lease.
 
 Sidecar model: dra-extender runs as a second container in each kube-scheduler pod, so it shares
 the pod's hostname. kube-scheduler (with ``--leader-elect``) writes ``<hostname>_<uuid>`` into
 ``spec.holderIdentity`` of its Lease (default ``kube-system/kube-scheduler``). Only the leading
-scheduler schedules, but a standby replica's extender can still get a stray bind (an old
-connection, a misrouted Service): refusing it with a ``Transient`` error (``Error`` on the wire)
-makes it unlikely that two extenders write allocations from two caches at once. It does not make
-it impossible: the Lease read is trusted for ``cache_seconds``, so for that long after a
-leadership change (and while an old leader's lease runs out) both replicas may bind; each one's
-claim writes are still guarded by resourceVersion, but two different claims can then be given one
-device by two caches. Filter and prioritize stay open.
+scheduler schedules, but a standby replica's extender can still get a stray request (an old
+connection, a misrouted Service). The service asks ``ensure_leader()`` before it decides or writes
+anything (a bind, filter's deallocation): a replica that is not the leader, or cannot prove it is
+(the Lease cannot be read), answers ``NotLeader`` (``Error`` on the wire) and sends no write at
+all. Filter and prioritize stay open: they change nothing in the cluster.
 
-The Lease is read on demand at bind, and the answer cached for ``cache_seconds``: a bind costs at
-most one extra GET, and a leadership change is seen within that time. A lease whose
-``renewTime + leaseDurationSeconds`` has passed counts as held by nobody.
+Expiry is judged as client-go's leader election judges it: not from ``renewTime`` (written by
+another machine's clock) but from when *this* process saw the Lease record change. A record
+unchanged for ``leaseDurationSeconds`` of our own monotonic clock has expired, so clock skew
+between machines cannot make two leaders. A positive answer is trusted for ``cache_seconds`` (a
+bind burst costs one GET), never beyond the moment the lease would expire by our observation.
 """
 
 from __future__ import annotations
 
-import datetime
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from extender.core.errors import ExtenderError, ObjectNotFound, Transient
+from extender.core.errors import ExtenderError, NotLeader, ObjectNotFound
 
 from .client import KubeClient
 
-__all__ = ["LeaseSettings", "LeaseWatcher", "holder_is", "lease_expired"]
+__all__ = ["LeaseObserver", "LeaseSettings", "LeaseWatcher", "holder_is"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +39,7 @@ class LeaseSettings:
     """Our identity: the scheduler pod's hostname (the part of holderIdentity before the last
     ``_``). Empty means ``socket.gethostname()``, right for the sidecar model."""
     cache_seconds: float = 2.0
-    """How long a Lease read answers binds (one GET per bind burst, not per bind)."""
+    """How long a Lease read answers (one GET per bind burst, not per bind)."""
 
 
 def holder_is(holder: str, identity: str) -> bool:
@@ -49,22 +48,45 @@ def holder_is(holder: str, identity: str) -> bool:
     return bool(holder) and (holder == identity or holder.rpartition("_")[0] == identity)
 
 
-def lease_expired(spec: dict[str, Any], now: datetime.datetime) -> bool:
-    """Whether renewTime + leaseDurationSeconds lies in the past (missing fields: not expired)."""
-    renew, duration = spec.get("renewTime"), spec.get("leaseDurationSeconds")
-    if not isinstance(renew, str) or not isinstance(duration, int):
-        return False
-    try:
-        renewed = datetime.datetime.fromisoformat(renew.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    if renewed.tzinfo is None:
-        renewed = renewed.replace(tzinfo=datetime.UTC)
-    return renewed + datetime.timedelta(seconds=duration) < now
+class LeaseObserver:
+    """When the Lease record last changed, by our clock (client-go's ``observedTime``).
+
+    ``observe(spec, now)`` takes a freshly read ``spec``; ``expires_at`` is then the monotonic time
+    at which the record, if it does not change again, has expired (None: the Lease names no
+    duration, so nothing can be judged; kube-scheduler always writes one)."""
+
+    __slots__ = ("duration", "observed_at", "record")
+
+    def __init__(self) -> None:
+        self.record: tuple[Any, ...] | None = None
+        self.observed_at = 0.0
+        self.duration: float | None = None
+
+    def observe(self, spec: dict[str, Any], now: float) -> None:
+        record = (
+            spec.get("holderIdentity"),
+            spec.get("renewTime"),
+            spec.get("acquireTime"),
+            spec.get("leaseTransitions"),
+        )
+        if record != self.record:
+            # A renewal (or a new holder) seen now: the lease runs for its duration from here.
+            self.record = record
+            self.observed_at = now
+        duration = spec.get("leaseDurationSeconds")
+        self.duration = float(duration) if isinstance(duration, int) and duration > 0 else None
+
+    @property
+    def expires_at(self) -> float | None:
+        return None if self.duration is None else self.observed_at + self.duration
+
+    def expired(self, now: float) -> bool:
+        expires = self.expires_at
+        return expires is not None and now > expires
 
 
 class LeaseWatcher:
-    """``await ensure_leader()`` raises ``Transient`` unless the Lease holder is us."""
+    """``await ensure_leader()`` raises ``NotLeader`` unless the Lease holder is us."""
 
     def __init__(
         self,
@@ -72,14 +94,15 @@ class LeaseWatcher:
         settings: LeaseSettings = LeaseSettings(),
         *,
         clock: Callable[[], float] = time.monotonic,
-        now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
     ) -> None:
         self.client = client
         self.settings = settings
         self.identity = settings.identity or socket.gethostname()
-        self._clock = clock
-        self._now = now
-        self._checked_at: float | None = None
+        self.clock = clock
+        self.observer = LeaseObserver()
+        #: Until when (our clock) the last positive answer holds; a refusal is never cached
+        #: longer than ``cache_seconds`` either.
+        self._valid_until = float("-inf")
         self._verdict: ExtenderError | None = None
 
     @property
@@ -88,25 +111,39 @@ class LeaseWatcher:
         return f"/apis/coordination.k8s.io/v1/namespaces/{s.namespace}/leases/{s.name}"
 
     async def ensure_leader(self) -> None:
-        now = self._clock()
-        if self._checked_at is None or now - self._checked_at >= self.settings.cache_seconds:
-            self._verdict = await self._check()
-            self._checked_at = now
+        """Returns if we lead; raises ``NotLeader`` if not, or if the Lease cannot be read."""
+        if self.clock() >= self._valid_until:
+            await self._check()
         if self._verdict is not None:
             raise self._verdict
 
-    async def _check(self) -> ExtenderError | None:
+    async def _check(self) -> None:
         where = f"{self.settings.namespace}/{self.settings.name}"
         try:
             lease = await self.client.request("GET", self.path, verb="get", resource="leases.coordination.k8s.io")
         except ObjectNotFound:
-            return Transient(
-                f"not the leader: lease {where} not found (is kube-scheduler running with --leader-elect?)"
-            )
+            self._refuse(f"lease {where} not found (is kube-scheduler running with --leader-elect?)")
+            return
+        except ExtenderError as exc:
+            # Cannot prove we lead: refuse now, ask again at the next request.
+            self._valid_until = float("-inf")
+            self._verdict = NotLeader(f"not the leader: cannot read lease {where}: {exc.reason}")
+            return
+        now = self.clock()
         spec = lease.get("spec") or {}
+        self.observer.observe(spec, now)
         holder = str(spec.get("holderIdentity") or "")
         if not holder_is(holder, self.identity):
-            return Transient(f"not the leader: lease {where} is held by {holder or 'nobody'}, we are {self.identity}")
-        if lease_expired(spec, self._now()):
-            return Transient(f"not the leader: lease {where} expired (holder {holder})")
-        return None
+            self._refuse(f"lease {where} is held by {holder or 'nobody'}, we are {self.identity}")
+        elif self.observer.expired(now):
+            assert self.observer.duration is not None
+            self._refuse(f"lease {where} expired: holder {holder} has not renewed it for {self.observer.duration:g}s")
+        else:
+            expires = self.observer.expires_at
+            until = now + self.settings.cache_seconds
+            self._valid_until = until if expires is None else min(until, expires)
+            self._verdict = None
+
+    def _refuse(self, why: str) -> None:
+        self._valid_until = self.clock() + self.settings.cache_seconds
+        self._verdict = NotLeader(f"not the leader: {why}")

@@ -5,7 +5,6 @@ token bucket."""
 
 from __future__ import annotations
 
-import datetime
 import random
 from collections.abc import AsyncIterator
 
@@ -16,7 +15,7 @@ from extender.backends.kube.client import check_response, status_message
 from extender.backends.kube.discovery import missing_resources, pick_version
 from extender.backends.kube.errors import AccessDenied, ApiNotServed, ApiStatusError, Gone, UnexpectedResponse
 from extender.backends.kube.feeder import StoreFeeder
-from extender.backends.kube.leader import holder_is, lease_expired
+from extender.backends.kube.leader import LeaseObserver, holder_is
 from extender.backends.kube.reflector import Backoff, Resource, WatchSettings, iter_lines
 from extender.backends.kube.requeue import RejectedPods, TokenBucket
 from extender.core.errors import ApiUnavailable, InvalidObject, ObjectNotFound, WriteConflict
@@ -287,12 +286,24 @@ def test_holder_identity_is_hostname_underscore_uuid() -> None:
     assert not holder_is("sched-0-x_abc", "sched-0")
 
 
-def test_lease_expiry() -> None:
-    now = datetime.datetime(2025, 1, 1, 12, 0, 0, tzinfo=datetime.UTC)
-    spec = {"renewTime": "2025-01-01T11:59:50.000000Z", "leaseDurationSeconds": 15}
-    assert not lease_expired(spec, now)
-    assert lease_expired({**spec, "leaseDurationSeconds": 5}, now)
-    assert not lease_expired({}, now)
+def test_lease_expiry_is_judged_from_when_we_saw_the_record_change() -> None:
+    observer = LeaseObserver()
+    # renewTime says an hour ago (another machine's clock, skewed): it does not matter, only when
+    # we saw the record change does (client-go's observedTime)
+    spec = {"holderIdentity": "s_1", "renewTime": "2025-01-01T11:00:00.000000Z", "leaseDurationSeconds": 15}
+    observer.observe(spec, now=100.0)
+    assert not observer.expired(114.9) and observer.expires_at == 115.0
+    observer.observe(spec, now=110.0)  # read again, unchanged: the clock keeps running from 100
+    assert observer.expired(115.1)
+    renewed = {**spec, "renewTime": "2025-01-01T10:00:00.000000Z"}  # even a renewal "in the past"
+    observer.observe(renewed, now=116.0)
+    assert not observer.expired(130.0) and observer.expired(131.1)
+
+
+def test_a_lease_without_a_duration_cannot_expire() -> None:
+    observer = LeaseObserver()
+    observer.observe({"holderIdentity": "s_1"}, now=0.0)
+    assert observer.expires_at is None and not observer.expired(1e9)
 
 
 # --- requeue ----------------------------------------------------------------------------------

@@ -1,0 +1,89 @@
+"""Run a synchronous decision without stalling the event loop: ``await run(fn, *args)``.
+
+The allocator is pure and synchronous, and it runs on the event loop's thread: the store, the
+ledger and the caches it reads are changed in place by the watches and other requests, so it may
+not run on another thread (docs/reliability.md, "why not a thread"). Most decisions take
+microseconds to a few milliseconds; a search that backtracks badly can take seconds, and with it
+every request of the process — ``/healthz`` included — would wait.
+
+So ``run`` tries ``fn`` synchronously first. The allocator's ``SearchBudget`` calls
+``slice_ended()`` every few milliseconds of work (``extender.core.budget``):
+
+- on that first try it raises ``_Reschedule``: the decision is abandoned (nothing it did is
+  lost but a few milliseconds: decisions change nothing before their search ends, and the caches
+  they filled stay filled) and ``run`` starts ``fn`` again in a greenlet;
+- inside the greenlet it switches back to ``run``, which awaits one turn of the event loop (other
+  requests, watch events, ``/healthz``) and switches into the greenlet again, where the search
+  goes on where it was.
+
+The greenlet (the ``greenlet`` package, which SQLAlchemy's asyncio layer rests on) keeps the
+search's Python stack while it is paused, so the allocator stays one plain recursive function.
+What a paused search read may change meanwhile: callers check afterwards whether it did
+(``VerdictCache.verdicts``, ``Binder``). Called outside ``run`` (tests, explain, the CLI),
+``slice_ended`` does nothing and the search simply runs to its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+import greenlet
+
+__all__ = ["can_pause", "run", "slice_ended"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+#: True while ``run`` tries a decision synchronously (a slice's end then reschedules it).
+_FIRST_TRY: contextvars.ContextVar[bool] = contextvars.ContextVar("dra_extender_first_try", default=False)
+
+
+class _Reschedule(BaseException):
+    """The synchronous try ran out of its slice. A BaseException, so that no ``except Exception``
+    on the way out mistakes it for a failure of the decision."""
+
+
+class _Cooperative(greenlet.greenlet):  # type: ignore[misc]  # greenlet's types say Any
+    """A decision that yields to the event loop at every slice's end."""
+
+
+def can_pause() -> bool:
+    """Whether ``slice_ended`` would let the event loop run now (inside ``run``'s greenlet)."""
+    return isinstance(greenlet.getcurrent(), _Cooperative)
+
+
+def slice_ended() -> None:
+    """The ``SearchBudget`` hook: let the event loop run (see the module docstring)."""
+    current = greenlet.getcurrent()
+    if isinstance(current, _Cooperative):
+        parent = current.parent
+        assert parent is not None
+        parent.switch()  # back to ``run``; it switches in again after one turn of the loop
+    elif _FIRST_TRY.get():
+        raise _Reschedule
+
+
+async def run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """``fn(*args, **kwargs)``, letting the event loop run every slice (module docstring)."""
+    token = _FIRST_TRY.set(True)
+    try:
+        return fn(*args, **kwargs)
+    except _Reschedule:
+        pass
+    finally:
+        _FIRST_TRY.reset(token)
+    await asyncio.sleep(0)  # the try took a slice already: let the loop run before the next one
+    child = _Cooperative(lambda: fn(*args, **kwargs))
+    child.gr_context = contextvars.copy_context()  # the request's log context, not an empty one
+    try:
+        result = child.switch()
+        while not child.dead:
+            await asyncio.sleep(0)
+            result = child.switch()
+    finally:
+        if not child.dead:  # cancelled while paused: unwind the search (its finally blocks run)
+            child.throw(greenlet.GreenletExit)
+    return result  # type: ignore[no-any-return]

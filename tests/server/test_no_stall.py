@@ -1,0 +1,155 @@
+"""A search that would run for minutes never stalls the process (issue 13, part 2), over loopback
+HTTP with the real service: while a pathological pod's filter runs, ``/healthz`` polled every 50 ms
+answers within 100 ms every time and other pods are filtered and bound; the pathological filter
+ends with upstream's ``node N: timed out trying to allocate devices`` once the node's budget is
+spent. A long search that completes is remembered only if nothing it read changed while it paused
+(a bind on its node during the pause makes its verdict stale), and a long bind decision is used only
+if its node did not change meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from aiohttp.test_utils import TestClient
+
+from extender.backends.embedded import EmbeddedBackend
+from extender.server import ServerSettings, create_app
+from extender.state.service import SchedulingService
+from tests import manifests as m
+from tests.pathological import counter_pool, greedy_claim
+
+Client = TestClient[Any, Any]
+
+
+def cluster(*, devices: int = 30, units: int = 7) -> list[dict[str, Any]]:
+    """node-1: the counter pool the greedy claim backtracks in (and no GPUs); node-2: two GPUs."""
+    return [
+        m.gpu_class(),
+        m.node("node-1"),
+        *counter_pool("node-1", devices=devices, units=units),
+        m.node("node-2"),
+        m.gpu_slice("node-2", 2),
+        greedy_claim("greedy", units=units),
+        m.pod("greedy", "greedy"),
+        m.claim("c1"),
+        m.pod("p1", "c1"),
+        m.claim("c2"),
+        m.pod("p2", "c2"),
+    ]
+
+
+async def serve(
+    aiohttp_client: Callable[..., Awaitable[Client]], objects: list[dict[str, Any]], **options: Any
+) -> tuple[Client, SchedulingService]:
+    service = SchedulingService(backend=EmbeddedBackend(objects), hold_seconds=0, **options)
+    return await aiohttp_client(create_app(service, ServerSettings())), service
+
+
+async def post(client: Client, verb: str, body: Any) -> Any:
+    response = await client.post(f"/{verb}", data=orjson.dumps(body))
+    assert response.status == 200, await response.text()
+    return orjson.loads(await response.read())
+
+
+def nics_on(node: str) -> list[dict[str, Any]]:
+    """A class "nic" and one NIC on ``node``: what p1 takes there while the greedy search runs (the
+    greedy claim's class does not match it)."""
+    nic_class = m.gpu_class()
+    nic_class["metadata"]["name"] = "nic"
+    nic_class["spec"]["selectors"][0]["cel"]["expression"] = 'device.driver == "nic.example.com"'
+    nics = m.gpu_slice(node, 1)
+    nics["metadata"]["name"] = f"{node}-nics"
+    pool = {"name": f"{node}-nics", "generation": 1, "resourceSliceCount": 1}
+    nics["spec"].update(driver="nic.example.com", pool=pool)
+    return [nic_class, nics, m.claim("nic-claim", cls="nic"), m.pod("p3", "nic-claim")]
+
+
+def bind_body(pod: str, node: str) -> dict[str, Any]:
+    return {"PodName": pod, "PodNamespace": "default", "PodUID": f"uid-{pod}", "Node": node}
+
+
+def filter_body(pod: str, claim: str, nodes: list[str]) -> dict[str, Any]:
+    return {"Pod": m.pod(pod, claim), "NodeNames": nodes}
+
+
+async def poll_healthz(client: Client, done: asyncio.Event) -> list[float]:
+    """Seconds each /healthz took, one every 50 ms until ``done``."""
+    latencies: list[float] = []
+    while not done.is_set():
+        started = time.perf_counter()
+        response = await client.get("/healthz")
+        assert response.status == 200
+        latencies.append(time.perf_counter() - started)
+        await asyncio.sleep(0.05)
+    return latencies
+
+
+async def test_a_search_that_would_take_minutes_never_stalls_the_loop(
+    aiohttp_client: Callable[..., Awaitable[Client]],
+) -> None:
+    client, _ = await serve(aiohttp_client, cluster(), filter_timeout_seconds=1.5)
+    done = asyncio.Event()
+    poller = asyncio.create_task(poll_healthz(client, done))
+    greedy = asyncio.create_task(post(client, "filter", filter_body("greedy", "greedy", ["node-1", "node-2"])))
+    await asyncio.sleep(0.3)
+    assert not greedy.done()  # still searching: the others below run meanwhile
+    # another pod is filtered and bound while the greedy search goes on
+    other = await post(client, "filter", filter_body("p1", "c1", ["node-1", "node-2"]))
+    assert other["NodeNames"] == ["node-1", "node-2"]  # one partition fits p1 as well as a GPU
+    assert await post(client, "bind", bind_body("p1", "node-2")) == {"Error": ""}
+    answer = await greedy
+    done.set()
+    latencies = await poller
+    assert answer["Error"] == "node node-1: timed out trying to allocate devices"
+    assert answer["NodeNames"] is None or answer["NodeNames"] == []
+    assert len(latencies) >= 10, latencies  # polled all through the search
+    assert max(latencies) < 0.1, sorted(latencies)[-3:]
+
+
+async def test_a_long_search_that_ends_is_answered_and_remembered(
+    aiohttp_client: Callable[..., Awaitable[Client]],
+) -> None:
+    # 5 units in 20 partitions: about a second of backtracking, within the budget
+    client, service = await serve(aiohttp_client, cluster(devices=20, units=5))
+    answer = await post(client, "filter", filter_body("greedy", "greedy", ["node-1", "node-2"]))
+    assert answer["NodeNames"] == [] and answer["FailedNodes"] == {
+        "node-1": "cannot allocate all claims",
+        "node-2": "cannot allocate all claims",
+    }
+    fits = service.store.fits
+    misses = fits.stats.misses
+    again = await post(client, "filter", filter_body("greedy", "greedy", ["node-1", "node-2"]))
+    assert again == answer and fits.stats.misses == misses and fits.stats.stale == 0  # remembered
+
+
+async def test_a_verdict_whose_node_changed_during_the_pause_is_not_remembered(
+    aiohttp_client: Callable[..., Awaitable[Client]],
+) -> None:
+    client, service = await serve(aiohttp_client, cluster(devices=20, units=5) + nics_on("node-1"))
+    greedy = asyncio.create_task(post(client, "filter", filter_body("greedy", "greedy", ["node-1"])))
+    await asyncio.sleep(0.2)
+    assert not greedy.done()
+    assert (await post(client, "filter", filter_body("p3", "nic-claim", ["node-1"])))["NodeNames"] == ["node-1"]
+    await post(client, "bind", bind_body("p3", "node-1"))
+    answer = await greedy
+    assert answer["FailedNodes"] == {"node-1": "cannot allocate all claims"}
+    assert service.store.fits.stats.stale == 1  # answered, but not kept: node-1's devices changed
+
+
+async def test_a_long_bind_decision_on_a_node_that_changed_meanwhile_is_refused(
+    aiohttp_client: Callable[..., Awaitable[Client]],
+) -> None:
+    # the greedy pod's bind decides for about a second (it would not fit, as it happens); p3's bind
+    # on the same node meanwhile changes what that decision read: it is not used
+    client, service = await serve(aiohttp_client, cluster(devices=20, units=5) + nics_on("node-1"))
+    bind = asyncio.create_task(post(client, "bind", bind_body("greedy", "node-1")))
+    await asyncio.sleep(0.2)
+    assert not bind.done()
+    await post(client, "bind", bind_body("p3", "node-1"))
+    answer = await bind
+    assert answer == {"Error": "node node-1: its devices changed during a long allocation; try again"}
+    assert len(service.ledger) == 0 or all(e.pod_uid != "uid-greedy" for e in service.ledger)
