@@ -34,6 +34,7 @@ from extender.server.wire import (
     wire_field,
 )
 from extender.state.service import FilterOutcome
+from extender.state.verdicts import DuplicateNodes
 
 __all__ = [
     "bind",
@@ -136,6 +137,8 @@ async def prioritize(request: web.Request) -> web.Response:
         try:
             service.observe_nodes(args.nodes)
             hosts, scores = await service.prioritize_cooperatively(args.pod, args.node_names)
+        except DuplicateNodes as exc:
+            raise BadRequest(str(exc)) from exc
         except Exception as exc:
             metrics.errors_by("prioritize", type(exc).__name__).inc()
             if isinstance(exc, ExtenderError):

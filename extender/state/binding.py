@@ -206,10 +206,24 @@ class Binder:
             raise Transient(
                 f"node {node_name}: its devices changed during a long allocation; try again", node=node_name
             )
+        if current is not None:
+            self._check_claims_still_free(claims)
         if not isinstance(answer, Allocation):
             raise DoesNotFit(f"node {node_name} no longer fits the pod: {answer.reason}", node=node_name)
         record(self.cluster, claims, node_name, answer.results, tentative=False)
         return answer.results
+
+    def _check_claims_still_free(self, claims: PodClaims) -> None:
+        """After a search that let others run: none of the claims it allocated may have been
+        allocated, or decided by another pod's bind, meanwhile (a shared claim, say); recording
+        this allocation would replace that one's ledger entry and leave its devices unguarded."""
+        for claim in claims.to_allocate:
+            stored = self.store.claims.get(claim.key)
+            entry = self.ledger.get(claim.key)
+            if (stored is not None and stored.allocation is not None) or (
+                entry is not None and entry.pod_uid != claims.pod_uid
+            ):
+                raise Transient(f"claim {claim.key} got allocated elsewhere in the meantime", claim=claim.key)
 
     async def _with_created_claims(self, decision: _Decision, writes_by: float) -> _Decision:
         """Wait (at most ``claim_wait_seconds``, and never past ``writes_by``) until the

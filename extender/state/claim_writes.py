@@ -28,7 +28,7 @@ import orjson
 import structlog
 
 from extender.core.convert import encode_allocation_result
-from extender.core.errors import ExtenderError, ObjectNotFound, Transient, WriteConflict
+from extender.core.errors import ExtenderError, ObjectNotFound, OutcomeUnknown, Transient, WriteConflict
 from extender.core.model import AllocationResult, ResourceClaim
 from extender.state.backend import Backend
 from extender.state.claims import pod_identity
@@ -85,6 +85,21 @@ class Written:
         return self.added_finalizer or self.set_allocation or self.added_reservation
 
 
+async def _sent(write: Awaitable[T], record: Written, *flags: str) -> T:
+    """``await write`` with ``flags`` of ``record`` already set: a write whose answer is lost may
+    have been made, and the undo must look. A write the server answered with an error was not
+    made, so its flags go back (else the undo could remove what another writer put there: a
+    reservation of the same pod made by an earlier leader, say)."""
+    try:
+        return await write
+    except OutcomeUnknown:
+        raise
+    except ExtenderError:
+        for flag in flags:
+            setattr(record, flag, False)
+        raise
+
+
 async def _fresh_claim(backend: Backend, store: ObjectStore, claim: ResourceClaim, attempt: int) -> dict[str, Any]:
     """The claim to modify: the cached copy first (no round trip), the API's after a conflict."""
     if attempt == 0:
@@ -120,7 +135,7 @@ async def write_allocation(
             # write that was made; the undo checks the claim as it is, so a write never made
             # costs a read, and one made is never left behind.
             record.added_finalizer = True
-            raw = await backend.update_claim(raw)
+            raw = await _sent(backend.update_claim(raw), record, "added_finalizer")
             status = raw.setdefault("status", {})
         allocation = encode_allocation_result(result, str(raw.get("apiVersion") or claim.api_version))
         allocation["allocationTimestamp"] = utc_now_text()
@@ -128,7 +143,7 @@ async def write_allocation(
         status.setdefault("reservedFor", []).append({"resource": "pods", "name": name, "uid": uid})
         record.set_allocation = True
         record.added_reservation = True
-        await backend.update_claim_status(raw)
+        await _sent(backend.update_claim_status(raw), record, "set_allocation", "added_reservation")
 
     await retry_on_conflict(step, what=f"add allocation and reservation to claim {claim.key}", claim=claim.key)
 
@@ -150,7 +165,7 @@ async def write_reservation(
         consumers.append({"resource": "pods", "name": name, "uid": uid})
         record.added_reservation = True  # before the request, as in ``write_allocation``
         # The allocation goes back exactly as stored: the API server rejects any change.
-        await backend.update_claim_status(raw)
+        await _sent(backend.update_claim_status(raw), record, "added_reservation")
 
     await retry_on_conflict(step, what=f"add reservation to claim {claim.key}", claim=claim.key)
 

@@ -132,6 +132,8 @@ def resolve_pod_claims(
             )
         key = f"{namespace}/{claim_name}"
         claim = store.claims.get(key)
+        if claim is None and key in store.invalid_claims:
+            raise PodUnschedulable(f"resourceclaim {key} cannot be read: {store.invalid_claims[key]}", claim=key)
         if claim is None:
             raise ClaimNotCreated(f'resourceclaim.resource.k8s.io "{claim_name}" not found', claim=key)
         if claim.deletion_timestamp:

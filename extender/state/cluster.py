@@ -15,7 +15,7 @@ from typing import Any
 from extender.core.allocator import Allocator
 from extender.core.budget import DEFAULT_FILTER_TIMEOUT_SECONDS, DEFAULT_SLICE_SECONDS, SearchBudget
 from extender.core.model import Features
-from extender.core.pools import NodeView, PoolNodeSelectionError
+from extender.core.pools import PoolNodeSelectionError
 from extender.state import cooperative
 from extender.state.backend import Backend
 from extender.state.claims import PodClaims, pod_identity, resolve_pod_claims
@@ -117,10 +117,10 @@ class WatchedSearch:
 
     ``budget`` is the ``SearchBudget`` to give the allocator. At the first slice's end — before
     anything else may run — every watched node registers its current view with the FitCache
-    (``FitCache.depends``), the registration remembered verdicts use; whatever the store or the
-    ledger then changes drops exactly the nodes it concerns. After the search, ``unchanged()``
-    says which nodes' answers are still current: all of them if the search never paused, else
-    those still registered with the same view."""
+    (``FitCache.depends``), the registration remembered verdicts use, and its change mark is
+    noted; whatever the store or the ledger then changes drops exactly the nodes it concerns, which
+    moves their marks. After the search, ``unchanged()`` says which nodes' answers are still
+    current: all of them if the search never paused, else those whose mark did not move."""
 
     __slots__ = ("_cluster", "_nodes", "_on_first_pause", "_registered", "budget")
 
@@ -130,7 +130,7 @@ class WatchedSearch:
         self._cluster = cluster
         self._nodes = nodes
         self._on_first_pause = on_first_pause
-        self._registered: dict[str, NodeView] | None = None
+        self._registered: dict[str, tuple[int, int]] | None = None
         self.budget = SearchBudget(
             cluster.filter_timeout_seconds, slice_seconds=cluster.slice_seconds, on_slice_end=self._slice_ended
         )
@@ -147,18 +147,18 @@ class WatchedSearch:
                 self._on_first_pause()
         cooperative.slice_ended()
 
-    def _register(self) -> dict[str, NodeView]:
+    def _register(self) -> dict[str, tuple[int, int]]:
         store, features = self._cluster.store, self._cluster.features
         snapshot, fits = store.snapshot(), store.fits  # nothing ran since the search began: its snapshot
-        registered: dict[str, NodeView] = {}
+        marks: dict[str, tuple[int, int]] = {}
         for name in self._nodes:
             try:
                 view = snapshot.node_view(store.node(name), features)
             except PoolNodeSelectionError:
                 continue  # unwatchable: never counted as unchanged after a pause
-            fits.depends(name, view)
-            registered[name] = view
-        return registered
+            fits.depends(name, view)  # from now on, every change to its inputs drops it
+            marks[name] = fits.change_mark(name)
+        return marks
 
     def unchanged(self) -> set[str] | None:
         """None if the search never paused (every answer is current); else the watched nodes whose
@@ -167,5 +167,5 @@ class WatchedSearch:
             return None
         store = self._cluster.store
         store.snapshot()  # slice changes that arrived meanwhile drop the nodes they concern
-        registered = self._registered or {}
-        return {name for name, view in registered.items() if store.fits.registered_view(name) is view}
+        marks = self._registered or {}
+        return {name for name, mark in marks.items() if store.fits.change_mark(name) == mark}

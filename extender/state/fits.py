@@ -92,6 +92,7 @@ class ShapeVerdicts:
         "failing",
         "failing_version",
         "raw",
+        "stale",
         "unresolvable",
         "values",
     )
@@ -116,6 +117,9 @@ class ShapeVerdicts:
         # (topology attribute, candidate list serial) -> (``drops`` when last brought up to date,
         # the code of each candidate's raw scores in list order, None where it does not fit)
         self.columns: dict[tuple[str | None, int], tuple[int, list[int | None]]] = {}
+        #: Nodes whose verdict here may be stale (a table of one request whose search paused
+        #: while their inputs changed): not to be held on (``Holds.hold`` decides afresh).
+        self.stale: frozenset[str] = frozenset()
 
     def put(self, node: str, verdict: Verdict) -> None:
         if node in self.by_node:  # a replaced verdict is a dropped one: everything derived goes too
@@ -222,6 +226,10 @@ class FitCache:
         # registered with (a node registers again after it was dropped or its view changed).
         self._dependents: dict[PoolKey, set[str]] = {}
         self._registered: dict[str, NodeView] = {}
+        # How often each node had what was remembered for it dropped, and how often everything
+        # was: together a mark that only moves forward (``change_mark``).
+        self._drops: dict[str, int] = {}
+        self._clears = 0
 
     # --- reads and writes -------------------------------------------------------------------
 
@@ -257,9 +265,11 @@ class FitCache:
             else:
                 nodes.add(node)
 
-    def registered_view(self, node: str) -> NodeView | None:
-        """The view ``node`` registered with (``depends``), None once anything it depends on changed."""
-        return self._registered.get(node)
+    def change_mark(self, node: str) -> tuple[int, int]:
+        """A mark that moves whenever something ``node`` registered for (``depends``) changes, or
+        everything is dropped. Unlike the registered view, it never comes back: a node dropped and
+        registered again with the same view has another mark."""
+        return self._clears, self._drops.get(node, 0)
 
     def __len__(self) -> int:
         """Remembered node verdicts, over all shapes."""
@@ -276,9 +286,11 @@ class FitCache:
             for node in nodes:
                 if table.drop(node):
                     self.stats.dropped += 1
+        drops = self._drops
         for node in nodes:
             self._usage.pop(node, None)
             self._registered.pop(node, None)
+            drops[node] = drops.get(node, 0) + 1
 
     def drop_pools(self, pools: Iterable[PoolKey]) -> None:
         """Forget everything remembered for nodes that see any of these pools."""
@@ -294,6 +306,7 @@ class FitCache:
         self.drop_pools({(device.driver, device.pool) for device in devices})
 
     def clear(self) -> None:
+        self._clears += 1
         self.stats.dropped += len(self)
         self._tables.clear()
         self._usage.clear()

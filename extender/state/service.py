@@ -129,7 +129,8 @@ class SchedulingService:
         if not result.node_names and self.on_rejected is not None:
             self.on_rejected(pod)
         elif hold and len(result.node_names) == 1:
-            self.holds.hold(claims, result.node_names[0], verdicts.by_node.get(result.node_names[0]))
+            node = result.node_names[0]
+            self.holds.hold(claims, node, None if node in verdicts.stale else verdicts.by_node.get(node))
         return result
 
     async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
@@ -197,7 +198,7 @@ class SchedulingService:
             best = one_best(scores, codes)
             if best is not None:
                 node = candidates.names[best]
-                self.holds.hold(claims, node, verdicts.by_node.get(node))
+                self.holds.hold(claims, node, None if node in verdicts.stale else verdicts.by_node.get(node))
         # a tuple: the list is the service's own canonical one (``VerdictCache.candidates``)
         return tuple(candidates.names), scores
 

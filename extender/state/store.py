@@ -176,6 +176,8 @@ class ObjectStore:
         self.fits = fits if fits is not None else FitCache()
         self.classes: dict[str, DeviceClass] = {}
         self.claims: dict[str, ResourceClaim] = {}
+        #: Claims whose latest version could not be decoded, with why (``mark_claim_invalid``).
+        self.invalid_claims: dict[str, str] = {}
         self.raw_claims: dict[str, dict[str, Any]] = {}
         #: Per claim key: its spec as canonical bytes (see ``_spec_key``).
         self.claim_specs: dict[str, bytes] = {}
@@ -228,6 +230,7 @@ class ObjectStore:
             self.classes[key] = obj
             self.fits.clear()
         elif isinstance(obj, ResourceClaim):
+            self.invalid_claims.pop(key, None)
             self.claims[key] = obj
             self.raw_claims[key] = raw
             if spec_key is None:
@@ -255,6 +258,24 @@ class ObjectStore:
             if old_node is None or old_node.labels != obj.labels:
                 self.fits.drop_nodes((key,))
 
+    def mark_claim_invalid(self, key: str, raw: Mapping[str, Any], reason: str) -> None:
+        """A claim arrived (by watch) in a form the decoder cannot read, as the API server would
+        never accept: pods that use it get ``Error`` naming ``reason`` (``resolve_pod_claims``), and
+        the devices it holds stay in use — those its ``status.allocation`` names as far as they
+        can be read, else those of the last version that could be decoded — so that nothing is
+        allocated twice. A valid version or a deletion ends it."""
+        old = self.claims.pop(key, None)
+        self.raw_claims.pop(key, None)
+        self.claim_specs.pop(key, None)
+        self.revision += 1
+        held = _readable_allocation(raw)
+        if held is None and old is not None:
+            held = old.allocation
+        self.invalid_claims[key] = reason
+        self._claim_allocation(key, held)
+        for listener in self.claim_listeners:
+            listener("ResourceClaim", key)
+
     def _metadata_only(self, key: str, raw: dict[str, Any]) -> bool:
         """Whether a claim update changes only metadata the model does not keep (finalizers,
         labels, annotations, ...) besides ``resourceVersion``: same status, UID and deletion."""
@@ -279,7 +300,7 @@ class ObjectStore:
             if self.classes.pop(key, None) is not None:
                 self.fits.clear()
         elif kind == "ResourceClaim":
-            if self.claims.pop(key, None) is not None:
+            if self.claims.pop(key, None) is not None or self.invalid_claims.pop(key, None) is not None:
                 self._claim_allocation(key, None)
             self.raw_claims.pop(key, None)
             self.claim_specs.pop(key, None)
@@ -368,3 +389,26 @@ class ObjectStore:
 
     def device_count(self) -> int:
         return sum(len(s.devices) for s in self.slices.values())
+
+
+def _readable_allocation(raw: Mapping[str, Any]) -> AllocationResult | None:
+    """The devices a raw claim's ``status.allocation`` names, read leniently (driver, pool and device
+    strings only), or None if it names none that can be read."""
+    status = raw.get("status")
+    allocation = status.get("allocation") if isinstance(status, Mapping) else None
+    devices = allocation.get("devices") if isinstance(allocation, Mapping) else None
+    results = devices.get("results") if isinstance(devices, Mapping) else None
+    if not isinstance(results, list):
+        return None
+    held = tuple(
+        DeviceResult(
+            request=str(r.get("request") or ""),
+            driver=r["driver"],
+            pool=r["pool"],
+            device=r["device"],
+            admin_access=r.get("adminAccess") is True,
+        )
+        for r in results
+        if isinstance(r, Mapping) and all(isinstance(r.get(k), str) and r.get(k) for k in ("driver", "pool", "device"))
+    )
+    return AllocationResult(devices=held) if held else None

@@ -29,13 +29,18 @@ from extender.state.claims import PodClaims
 from extender.state.cluster import ClusterView
 from extender.state.fits import ShapeVerdicts, Verdict
 
-__all__ = ["Candidates", "FilterOutcome", "VerdictCache"]
+__all__ = ["Candidates", "DuplicateNodes", "FilterOutcome", "VerdictCache"]
 
 #: Candidate lists kept: the full list for filter, survivors for prioritize.
 _RECENT_CANDIDATE_LISTS = 4
 #: Joins a candidate list into one key (``candidates``); node names never contain it.
 _SEPARATOR = "\x00"
 _SERIALS = count()
+
+
+class DuplicateNodes(ValueError):
+    """A prioritize request listed a node that fits more than once (kube-scheduler never does:
+    each node can have one score only). The server answers it as a bad request."""
 
 
 @dataclass(slots=True)
@@ -193,7 +198,8 @@ class VerdictCache:
             if name in current:
                 table.put(name, verdict)  # registered with its view at the first pause
             once.put(name, verdict)
-        self.store.fits.stats.stale += len(decided.keys() - current)
+        once.stale = frozenset(decided.keys() - current)
+        self.store.fits.stats.stale += len(once.stale)
         return once
 
     def filter_outcome(self, verdicts: ShapeVerdicts, candidates: Candidates) -> FilterOutcome:
@@ -228,7 +234,7 @@ class VerdictCache:
         """Per candidate, in list order: the code of its raw scores (``ShapeVerdicts.code``), None
         where the pod does not fit. Kept per candidate list and brought up to date from the nodes
         dropped since (a bind drops one or two), so that a repeated prioritize touches those only.
-        Raises ValueError if a fitting node is listed twice."""
+        Raises DuplicateNodes if a fitting node is listed twice."""
         key = (attribute, candidates.serial)
         kept = verdicts.columns.get(key)
         node_names, names = candidates.names, candidates.unique
@@ -251,7 +257,7 @@ class VerdictCache:
         if len(names) != len(node_names):
             twice = sorted({name for name in fitting if node_names.count(name) > 1})
             if twice:
-                raise ValueError(f"prioritize: node(s) given twice: {', '.join(twice)}")
+                raise DuplicateNodes(f"prioritize: node(s) given twice: {', '.join(twice)}")
         # ``remembered`` may hold nodes this request did not ask about, never a failing one
         remembered = self._raw_codes(verdicts, fitting, attribute)
         codes = list(map(remembered.get, node_names))

@@ -14,9 +14,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+import pytest
 from aiohttp.test_utils import TestClient
 
 from extender.backends.embedded import EmbeddedBackend
+from extender.core.errors import Transient
 from extender.server import ServerSettings, create_app
 from extender.state.service import SchedulingService
 from tests import manifests as m
@@ -153,3 +155,70 @@ async def test_a_long_bind_decision_on_a_node_that_changed_meanwhile_is_refused(
     answer = await bind
     assert answer == {"Error": "node node-1: its devices changed during a long allocation; try again"}
     assert len(service.ledger) == 0 or all(e.pod_uid != "uid-greedy" for e in service.ledger)
+
+
+def first_available_claim(name: str, *, units: int = 5) -> dict[str, Any]:
+    """Its first alternative backtracks through the counter pool for about a second and fails, its
+    second fits at once: a search that succeeds after many pauses."""
+    return {
+        "apiVersion": m.V1,
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "fa",
+                        "firstAvailable": [
+                            {"name": "many", "deviceClassName": "gpu", "count": units + 1},
+                            {"name": "one", "deviceClassName": "gpu", "count": 1},
+                        ],
+                    }
+                ]
+            }
+        },
+    }
+
+
+def aba_cluster() -> list[dict[str, Any]]:
+    """Pod a: node-1's only NIC (picked first) and a long first-available search; pod b: the NIC."""
+    objects = cluster(devices=20, units=5) + nics_on("node-1")
+    objects += [first_available_claim("fa-a"), m.claim("nic-a", cls="nic"), m.pod("a", "nic-a", "fa-a")]
+    objects += [m.claim("nic-b", cls="nic"), m.pod("b", "nic-b")]
+    objects += [first_available_claim("fa-d"), m.claim("nic-d", cls="nic"), m.pod("d", "nic-d", "fa-d")]
+    return objects
+
+
+def devices_given_twice(service: SchedulingService) -> dict[str, list[str]]:
+    owners: dict[str, list[str]] = {}
+    for key, claim in service.store.claims.items():
+        for result in claim.allocation.devices if claim.allocation is not None else ():
+            owners.setdefault(f"{result.driver}/{result.pool}/{result.device}", []).append(key)
+    return {device: keys for device, keys in owners.items() if len(keys) > 1}
+
+
+async def test_a_paused_bind_never_gives_a_device_taken_meanwhile() -> None:
+    """Pod a's bind picks the NIC, then searches on; b's bind takes the NIC; then any filter
+    registers node-1 again with the same view. The paused decision must still count as stale
+    (the FitCache's change mark moved: it never comes back), else the NIC goes to both."""
+    service = SchedulingService(backend=EmbeddedBackend(aba_cluster()), hold_seconds=0)
+    bind_a = asyncio.create_task(service.bind("default", "a", "uid-a", "node-1"))
+    await asyncio.sleep(0.2)
+    assert not bind_a.done()
+    await service.bind("default", "b", "uid-b", "node-1")
+    service.filter(m.pod("p1", "c1"), ["node-1"])  # registers node-1 again
+    with pytest.raises(Transient, match="its devices changed during a long allocation"):
+        await bind_a
+    assert devices_given_twice(service) == {}
+
+
+async def test_a_paused_filter_verdict_is_not_remembered_once_its_node_changed() -> None:
+    service = SchedulingService(backend=EmbeddedBackend(aba_cluster()), hold_seconds=0)
+    filter_a = asyncio.create_task(service.filter_and_recover(m.pod("a", "nic-a", "fa-a"), ["node-1"]))
+    await asyncio.sleep(0.2)
+    await service.bind("default", "b", "uid-b", "node-1")  # the only NIC is gone
+    service.filter(m.pod("p1", "c1"), ["node-1"])
+    assert (await filter_a).node_names == ["node-1"]  # as of when its search began
+    assert service.store.fits.stats.stale == 1
+    # the same shape for another pod is decided afresh, not passed from a stale verdict
+    assert service.filter(m.pod("d", "nic-d", "fa-d"), ["node-1"]).node_names == []

@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 import structlog
 
-from extender.core.errors import ExtenderError, InvalidObject, ObjectNotFound
+from extender.core.errors import ExtenderError, InvalidObject, NotLeader, ObjectNotFound
 from extender.state.store import ObjectStore
 
 from .client import ClientSettings, KubeClient
@@ -161,9 +161,14 @@ class KubeBackend:
             self._tasks.append(self._guarded(reflector.run(), f"watch {resource.plural}"))
         if self.settings.lease is not None:
             self.leader = LeaseWatcher(self.client, self.settings.lease)
+            self._tasks.append(self._guarded(self.leader.run(), "follow the leader lease"))
         if self.settings.requeue is not None and self.rejected is not None:
             self.requeuer = Requeuer(
-                self.client, self.rejected, self.settings.requeue, still_pending=self._still_pending
+                self.client,
+                self.rejected,
+                self.settings.requeue,
+                still_pending=self._still_pending,
+                may_write=self.ensure_leader,
             )
             self._tasks.append(self._guarded(self.requeuer.run(), "requeue rejected pods"))
         if self.settings.events:
@@ -344,7 +349,8 @@ class KubeBackend:
             )
         except ExtenderError as exc:
             exc.node = exc.node or node
-            self.pod_event(namespace, name, uid, kind="Warning", reason="FailedBinding", message=exc.reason)
+            if not isinstance(exc, NotLeader):  # a replica that may not write records no Event either
+                self.pod_event(namespace, name, uid, kind="Warning", reason="FailedBinding", message=exc.reason)
             raise
 
     def observe_nodes(self, raw_nodes: Sequence[Mapping[str, Any]]) -> None:

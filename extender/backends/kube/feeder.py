@@ -119,6 +119,8 @@ class StoreFeeder:
         return len(self._present(kind))
 
     def _present(self, kind: str) -> Mapping[str, object]:
+        if kind == "ResourceClaim" and self.store.invalid_claims:
+            return {**self.store.claims, **self.store.invalid_claims}  # a re-list forgets both
         tables: dict[str, Mapping[str, object]] = {
             "Pod": self.store.pods,
             "DeviceClass": self.store.classes,
@@ -137,9 +139,14 @@ class StoreFeeder:
         try:
             self.store.upsert(raw)
         except InvalidObject as exc:
-            # Keep no stale copy of an object we can no longer read: forget it.
             self._reject(kind, raw, exc)
-            self._delete(kind, key)
+            if kind == "ResourceClaim":
+                # Not usable, but what it holds stays held: nothing may be allocated twice.
+                self.store.mark_claim_invalid(key, raw, exc.reason)
+            else:
+                # Keep no stale copy of an object we can no longer read: forget it (a slice is
+                # never refused: it is kept, marked invalid, and makes its pool invalid).
+                self._delete(kind, key)
             return
         if version is not None:
             self._versions.setdefault(kind, {})[key] = version

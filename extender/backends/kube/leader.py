@@ -10,14 +10,16 @@ anything (a bind, filter's deallocation): a replica that is not the leader, or c
 all. Filter and prioritize stay open: they change nothing in the cluster.
 
 Expiry is judged as client-go's leader election judges it: not from ``renewTime`` (written by
-another machine's clock) but from when *this* process saw the Lease record change. A record
-unchanged for ``leaseDurationSeconds`` of our own monotonic clock has expired, so clock skew
-between machines cannot make two leaders. A positive answer is trusted for ``cache_seconds`` (a
-bind burst costs one GET), never beyond the moment the lease would expire by our observation.
+another machine's clock) but from when *this* process saw the Lease record change (dated from the
+read before, ``LeaseObserver``; the Lease is read every ``poll_seconds`` in the background). A
+record unchanged for ``leaseDurationSeconds`` of our own monotonic clock has expired, so clock skew
+between machines cannot make two leaders. A positive answer is trusted for ``cache_seconds``,
+never beyond the moment the lease would expire by our observation.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Callable
@@ -40,6 +42,9 @@ class LeaseSettings:
     ``_``). Empty means ``socket.gethostname()``, right for the sidecar model."""
     cache_seconds: float = 2.0
     """How long a Lease read answers (one GET per bind burst, not per bind)."""
+    poll_seconds: float = 1.0
+    """How often the Lease is read in the background (``LeaseWatcher.run``), so that a renewal is
+    dated within this much of when it happened."""
 
 
 def holder_is(holder: str, identity: str) -> bool:
@@ -53,14 +58,20 @@ class LeaseObserver:
 
     ``observe(spec, now)`` takes a freshly read ``spec``; ``expires_at`` is then the monotonic time
     at which the record, if it does not change again, has expired (None: the Lease names no
-    duration, so nothing can be judged; kube-scheduler always writes one)."""
+    duration, so nothing can be judged; kube-scheduler always writes one).
 
-    __slots__ = ("duration", "observed_at", "record")
+    A changed record is dated from the *previous* read, not this one: the renewal happened at
+    some moment between the two, and for "does our scheduler still hold it" the earlier bound is
+    the safe one (reads run every ``poll_seconds`` in the background, so it is close). The first
+    record ever seen is dated now, as client-go dates it."""
+
+    __slots__ = ("_last_read", "duration", "observed_at", "record")
 
     def __init__(self) -> None:
         self.record: tuple[Any, ...] | None = None
         self.observed_at = 0.0
         self.duration: float | None = None
+        self._last_read: float | None = None
 
     def observe(self, spec: dict[str, Any], now: float) -> None:
         record = (
@@ -70,9 +81,10 @@ class LeaseObserver:
             spec.get("leaseTransitions"),
         )
         if record != self.record:
-            # A renewal (or a new holder) seen now: the lease runs for its duration from here.
+            # A renewal (or a new holder) made since the last read: the lease runs from there.
             self.record = record
-            self.observed_at = now
+            self.observed_at = now if self._last_read is None else self._last_read
+        self._last_read = now
         duration = spec.get("leaseDurationSeconds")
         self.duration = float(duration) if isinstance(duration, int) and duration > 0 else None
 
@@ -109,6 +121,14 @@ class LeaseWatcher:
     def path(self) -> str:
         s = self.settings
         return f"/apis/coordination.k8s.io/v1/namespaces/{s.namespace}/leases/{s.name}"
+
+    async def run(self) -> None:
+        """Read the Lease every ``poll_seconds`` (a task of the backend), so that renewals are
+        dated closely and ``ensure_leader`` rarely needs a read of its own."""
+        while True:
+            await self._check()
+            self._valid_until = min(self._valid_until, self.clock() + self.settings.cache_seconds)
+            await asyncio.sleep(self.settings.poll_seconds)
 
     async def ensure_leader(self) -> None:
         """Returns if we lead; raises ``NotLeader`` if not, or if the Lease cannot be read."""

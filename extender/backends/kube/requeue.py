@@ -140,6 +140,7 @@ class Requeuer:
         settings: RequeueSettings = RequeueSettings(),
         *,
         still_pending: Callable[[RejectedPod], bool] = lambda _pod: True,
+        may_write: Callable[[], Awaitable[None]] | None = None,
         clock: Callable[[], float] = time.monotonic,
         sleep: Sleep = asyncio.sleep,
         now: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.UTC),
@@ -148,6 +149,8 @@ class Requeuer:
         self.registry = registry
         self.settings = settings
         self._still_pending = still_pending
+        #: Raises unless this replica may write (``Backend.ensure_leader``): a standby patches nothing.
+        self._may_write = may_write
         self._sleep = sleep
         self._now = now
         self._bucket = TokenBucket(settings.rate_per_second, settings.burst, clock=clock, sleep=sleep)
@@ -172,6 +175,13 @@ class Requeuer:
 
     async def requeue_once(self, reasons: list[str] | None = None) -> int:
         """Patch every pending rejected pod now (at the bucket's pace); returns how many."""
+        if self._may_write is not None:
+            try:
+                await self._may_write()
+            except ExtenderError as exc:
+                dropped = len(self.registry.take())  # the leader's extender nudges its own rejects
+                log.debug("requeue.skipped", pods=dropped, reason=exc.reason)
+                return 0
         pods = [p for p in self.registry.take() if self._still_pending(p)]
         if not pods:
             return 0

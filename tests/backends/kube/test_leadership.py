@@ -7,12 +7,14 @@ over and finishes the pod's bind without giving a device twice."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
 from extender.backends.kube import ClusterConfig, KubeBackend, KubeSettings, LeaseSettings, WatchSettings
+from extender.backends.kube.requeue import RequeueSettings
 from extender.core.errors import NotLeader
 from extender.state.service import DELETE_PROTECTION_FINALIZER, SchedulingService
 from tests import manifests as m
@@ -106,7 +108,7 @@ async def test_expiry_is_judged_by_our_clock_not_the_holders(fake: FakeApiServer
         fake.put_object(obj)
     backend, service = await replica("sched-a")
     assert backend.leader is not None
-    now = [1000.0]
+    now = [time.monotonic()]  # from here on, our clock moves only when the test says so
     backend.leader.clock = lambda: now[0]
     await backend.ensure_leader()
     now[0] += 16  # never renewed since: expired by our own observation
@@ -166,3 +168,35 @@ async def test_fail_over_mid_bind(fake: FakeApiServer, replica: Any, dies_during
     assert node_of(fake, "p1") == claim["status"]["allocation"]["devices"]["results"][0]["pool"]
     assert node_of(fake, "p2") is not None
     assert_consistent(fake)
+
+
+async def test_a_standby_does_not_nudge_rejected_pods(fake: FakeApiServer) -> None:
+    """The fast requeue is a write too (a PATCH of the pod): a standby, wired as the CLI wires it,
+    drops its rejected pods instead when devices free up."""
+    held = allocated_on(m.claim("c1"), "node-1")
+    held["status"]["reservedFor"] = [{"resource": "pods", "name": "p1", "uid": "uid-p1"}]
+    objects = m.cluster(held, m.pod("p1", "c1"), m.claim("c2"), m.pod("p2", "c2"), lease("sched-a_1"), nodes=1, gpus=1)
+    for obj in objects:
+        fake.put_object(obj)
+    settings = KubeSettings(
+        watch=FAST,
+        freeze_gc=False,
+        lease=LeaseSettings(identity="sched-b", cache_seconds=0),
+        requeue=RequeueSettings(settle_seconds=0.01, rate_per_second=100, burst=10),
+    )
+    backend = KubeBackend(ClusterConfig(host=fake.url), settings=settings)
+    await backend.start()
+    try:
+        await backend.wait_synced(5)
+        assert backend.rejected is not None and backend.requeuer is not None
+        standby = SchedulingService(backend=backend, on_rejected=backend.rejected.record)
+        assert standby.filter(m.pod("p2", "c2"), ["node-1"]).node_names == []  # a stray filter
+        fake.clear_requests()
+        claim = claim_in_fake(fake, "c1")
+        claim["status"] = {}
+        fake.put_object(claim)  # gpu-0 is free again: the leader's extender would nudge p2
+        await until(lambda: len(backend.rejected) == 0)
+        await asyncio.sleep(0.1)
+        assert changes(fake) == [] and backend.requeuer.patched == 0
+    finally:
+        await backend.stop()
