@@ -375,6 +375,8 @@ class FakeApiServer:
             response = web.Response(
                 status=error.code, body=orjson.dumps(error.body), content_type="application/json", headers=error.headers
             )
+        if response is None:  # a watch cut (drop_watches, restart) before its stream started
+            response = web.Response(status=503, text="watch closed before it started")
         if record.status is None:
             record.status = response.status
         if request.get(LOSE_ANSWER) and request.transport is not None:

@@ -161,7 +161,7 @@ class KubeBackend:
             self._tasks.append(self._guarded(reflector.run(), f"watch {resource.plural}"))
         if self.settings.lease is not None:
             self.leader = LeaseWatcher(self.client, self.settings.lease)
-            self._tasks.append(self._guarded(self.leader.run(), "follow the leader lease"))
+            self._tasks.append(self._helper(self.leader.run, "follow the leader lease"))
         if self.settings.requeue is not None and self.rejected is not None:
             self.requeuer = Requeuer(
                 self.client,
@@ -170,9 +170,9 @@ class KubeBackend:
                 still_pending=self._still_pending,
                 may_write=self.ensure_leader,
             )
-            self._tasks.append(self._guarded(self.requeuer.run(), "requeue rejected pods"))
+            self._tasks.append(self._helper(self.requeuer.run, "requeue rejected pods"))
         if self.settings.events:
-            self._tasks.append(self._guarded(self.events.run(), "record events"))
+            self._tasks.append(self._helper(self.events.run, "record events"))
         log.info("kube.started", api=self.api_version, source=self.client.config.source, host=self.client.config.host)
 
     async def stop(self) -> None:
@@ -231,6 +231,27 @@ class KubeBackend:
     async def _close_client(self) -> None:
         if self.client is not None:
             await self.client.close()
+
+    def _helper(
+        self, work: Callable[[], Awaitable[None]], name: str, *, restart_seconds: float = 1.0
+    ) -> asyncio.Task[None]:
+        """A task the cache does not depend on (Events, the fast requeue, the Lease reader): a
+        failure is logged and the task started again, never taken as the backend's failure — an
+        Event that cannot be written must not stop scheduling."""
+
+        async def keep_running() -> None:
+            while True:
+                try:
+                    await work()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    log.exception("kube.helper_failed", task=name, reason=getattr(exc, "reason", str(exc)))
+                else:
+                    log.error("kube.helper_finished", task=name, reason="finished unexpectedly")
+                await asyncio.sleep(restart_seconds)
+
+        return asyncio.create_task(keep_running(), name=name)
 
     def _guarded(self, work: Awaitable[None], name: str) -> asyncio.Task[None]:
         async def guard() -> None:

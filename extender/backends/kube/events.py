@@ -231,4 +231,4 @@ class EventRecorder:
             await client.request("POST", path, body=body, verb="create", resource="events")
             self.written += 1
         except ExtenderError as exc:
-            log.info("kube.event_failed", event=body["metadata"]["name"], reason=exc.reason)
+            log.info("kube.event_failed", event_name=body["metadata"]["name"], reason=exc.reason)

@@ -380,3 +380,18 @@ async def test_request_node_labels_never_override_the_watch(fake: FakeApiServer,
     assert backend.store.nodes["node-7"].labels == {"x": "1"}  # not watched yet: taken until it is
     fake.put_object({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "node-7", "labels": {"x": "2"}}})
     await until(lambda: backend.store.nodes["node-7"].labels == {"x": "2"})
+
+
+async def test_an_event_that_cannot_be_written_does_not_stop_scheduling(fake: FakeApiServer, stack: Any) -> None:
+    """Found by the soak run: a failed Event write crashed the recorder's task (a log call with a
+    reserved argument), which made the whole backend unready. Helper tasks now log and go on."""
+    backend, service = await stack(*m.cluster(m.claim("c1"), m.pod("p1", "c1"), m.claim("c2"), m.pod("p2", "c2")))
+    fake.fail("POST", r"/events$", status=500, times=None)
+    fake.fail("POST", r"/pods/p1/binding$", status=500, times=1)
+    with pytest.raises(ExtenderError):
+        await service.bind("default", "p1", "uid-p1", "node-1")  # records a FailedBinding Event
+    await until(lambda: bool(fake.requests_to("POST", r"/events$")))
+    await backend.events.flush()
+    assert backend.synced and backend.failure is None
+    await service.bind("default", "p2", "uid-p2", "node-1")
+    assert node_of(fake, "p2") == "node-1"
