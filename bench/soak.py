@@ -16,7 +16,9 @@ the next fault of a cycle is injected into the fake:
 - ``errors``: the next 20 requests (any, but watches) answer 500 (until the next fault at most);
 - ``watches dropped``: every watch is cut (each reflector resumes from its resourceVersion);
 - ``relist``: every watch is cut and history compacted (each resumes into a 410 and lists again);
-- ``restart``: an API server restart (watches cut, requests in flight dropped, history compacted).
+- ``restart``: an API server restart (watches cut, requests in flight dropped, history compacted);
+- ``pod deleted``: a bound pod goes away, as one that ran to its end does; kube-controller-manager's
+  claim cleanup (``tests/fakes/claim_controller.py``) frees its claim, and the devices go to later pods.
 
 When the model is done (every pod bound, or given up after 1000 attempts, or the time limit) the
 faults stop, the extender is given time to settle (its holds expire, its ledger drains), and the
@@ -41,10 +43,11 @@ from typing import Any
 from bench.http_client import LeanClient
 from bench.pipeline import Stack, Workload, kube_stack, run_model, workload_objects
 from bench.scheduler_model import ModelReport, ModelSettings
+from tests.fakes.claim_controller import ReservationController
 
 __all__ = ["FAULTS", "Scan", "main", "scan", "soak"]
 
-FAULTS = ("conflicts", "errors", "watches dropped", "relist", "restart")
+FAULTS = ("conflicts", "errors", "watches dropped", "relist", "restart", "pod deleted")
 
 
 @dataclass
@@ -52,6 +55,7 @@ class Scan:
     """What the cluster looks like afterwards. Everything but ``pods_bound`` must be 0."""
 
     pods: int = 0
+    pods_deleted: int = 0
     pods_bound: int = 0
     pods_unbound: int = 0
     devices_allocated_twice: int = 0
@@ -132,7 +136,7 @@ def scan(fake: Any, ledger_entries: int) -> Scan:
     return result
 
 
-async def _chaos(stack: Stack, every: float, injected: Counter[str], stop: asyncio.Event) -> None:
+async def _chaos(stack: Stack, every: float, injected: Counter[str], stop: asyncio.Event, deleted: list[str]) -> None:
     fake = stack.fake
     assert fake is not None
     window: Any = None  # the failing requests of the last fault: at most 20, until the next fault
@@ -153,8 +157,16 @@ async def _chaos(stack: Stack, every: float, injected: Counter[str], stop: async
         elif fault == "relist":
             fake.drop_watches()
             fake.compact()
-        else:
+        elif fault == "restart":
             fake.restart()
+        else:
+            # a pod that ran to its end and went away: the resourceclaim controller frees its claim
+            bound = [p for p in fake.objects("Pod") if (p.get("spec") or {}).get("nodeName")]
+            if not bound:
+                continue
+            victim = bound[len(bound) // 2]["metadata"]
+            fake.delete_object("Pod", victim["namespace"], victim["name"])
+            deleted.append(victim["name"])
         injected[fault] += 1
 
 
@@ -188,19 +200,24 @@ async def soak(
     workload: Workload, model: ModelSettings, *, fault_every: float, latency: float, settle_seconds: float
 ) -> tuple[ModelReport, Scan, Counter[str]]:
     injected: Counter[str] = Counter()
+    deleted: list[str] = []
     objects = workload_objects(workload)
     async with kube_stack(objects, latency=latency, in_process=False, seed=workload.seed) as stack:
         del objects
-        stop = asyncio.Event()
-        chaos = asyncio.create_task(_chaos(stack, fault_every, injected, stop))
-        try:
-            report, _, _ = await run_model(stack, model)
-        finally:
-            stop.set()
-            await chaos
-        entries = await _settled_ledger(stack.port, settle_seconds)
         assert stack.fake is not None
-        return report, scan(stack.fake, entries), injected
+        async with ReservationController(stack.fake, interval=0.5) as cleaner:
+            stop = asyncio.Event()
+            chaos = asyncio.create_task(_chaos(stack, fault_every, injected, stop, deleted))
+            try:
+                report, _, _ = await run_model(stack, model)
+            finally:
+                stop.set()
+                await chaos
+            entries = await _settled_ledger(stack.port, settle_seconds)
+            await cleaner.sweep()  # the deleted pods' claims are freed by now
+        result = scan(stack.fake, entries)
+        result.pods_deleted = len(deleted)
+        return report, result, injected
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -253,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("| scan | count |")
     print("|---|---:|")
     for label, value in (
+        ("pods deleted during the run", result.pods_deleted),
         ("pods bound", result.pods_bound),
         ("pods not bound", result.pods_unbound),
         ("devices allocated twice", result.devices_allocated_twice),

@@ -163,7 +163,7 @@ class Binder:
         finally:
             self.binding.discard(actual_uid)
         # Entries leave the ledger once the store shows the allocations (reconcile).
-        self.ledger.reconcile(self.store.claims)
+        self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
 
     async def _read_pod(self, namespace: str, name: str, writes_by: float) -> Mapping[str, Any]:
         timeout = asyncio.timeout_at(writes_by)

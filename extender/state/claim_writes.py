@@ -28,7 +28,14 @@ import orjson
 import structlog
 
 from extender.core.convert import encode_allocation_result
-from extender.core.errors import ExtenderError, ObjectNotFound, OutcomeUnknown, Transient, WriteConflict
+from extender.core.errors import (
+    ExtenderError,
+    NotLeader,
+    ObjectNotFound,
+    OutcomeUnknown,
+    Transient,
+    WriteConflict,
+)
 from extender.core.model import AllocationResult, ResourceClaim
 from extender.state.backend import Backend
 from extender.state.claims import pod_identity
@@ -87,17 +94,29 @@ class Written:
 
 async def _sent(write: Awaitable[T], record: Written, *flags: str) -> T:
     """``await write`` with ``flags`` of ``record`` already set: a write whose answer is lost may
-    have been made, and the undo must look. A write the server answered with an error was not
-    made, so its flags go back (else the undo could remove what another writer put there: a
+    have been made, and the undo must look. A write that certainly was not made (``_not_made``)
+    has its flags put back, else the undo could remove what another writer put there (a
     reservation of the same pod made by an earlier leader, say)."""
     try:
         return await write
-    except OutcomeUnknown:
+    except ExtenderError as exc:
+        if _not_made(exc):
+            for flag in flags:
+                setattr(record, flag, False)
         raise
-    except ExtenderError:
-        for flag in flags:
-            setattr(record, flag, False)
-        raise
+
+
+def _not_made(exc: ExtenderError) -> bool:
+    """Whether a failed write certainly did not happen: a conflict, a missing object, a replica
+    that may not write, or an answer the API server gives before it acts (4xx, 503). A 500, 502
+    or 504 may come while the write goes on (an etcd timeout, the timeout filter), and an answer
+    lost says nothing: those count as made."""
+    if isinstance(exc, OutcomeUnknown):
+        return False
+    if isinstance(exc, WriteConflict | ObjectNotFound | NotLeader):
+        return True
+    status = getattr(exc.__cause__, "status", None)  # the kube backend chains the HTTP answer
+    return isinstance(status, int) and (status < 500 or status == 503)
 
 
 async def _fresh_claim(backend: Backend, store: ObjectStore, claim: ResourceClaim, attempt: int) -> dict[str, Any]:

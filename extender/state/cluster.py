@@ -63,7 +63,7 @@ class ClusterView:
         expired = self.ledger.expire(keep=self.binding)
         if expired:
             self.on_expired(expired)
-        self.ledger.reconcile(self.store.claims)
+        self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
         self.store.snapshot()
 
     def allocator(

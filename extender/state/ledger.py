@@ -143,12 +143,15 @@ class InFlightLedger:
             self._changed(entry)
         return gone
 
-    def reconcile(self, claims: Mapping[str, ResourceClaim]) -> list[InFlightAllocation]:
+    def reconcile(
+        self, claims: Mapping[str, ResourceClaim], *, unreadable: Container[str] = ()
+    ) -> list[InFlightAllocation]:
         """Drop entries the store has caught up with: the claim shows an allocation, or it is gone
-        or was re-created (another UID). Returns the dropped entries."""
+        or was re-created (another UID). A claim in ``unreadable`` (its latest version could not be
+        decoded) is not gone: its entries stay. Returns the dropped entries."""
         done: list[InFlightAllocation] = []
         for entry in tuple(self._entries.values()):
-            if entry.provisional:
+            if entry.provisional or entry.claim_key in unreadable:
                 continue  # no claim to compare with yet: bind replaces it, or the TTL ends it
             claim = claims.get(entry.claim_key)
             if claim is None or claim.uid != entry.claim_uid or claim.allocation is not None:

@@ -176,8 +176,10 @@ class ObjectStore:
         self.fits = fits if fits is not None else FitCache()
         self.classes: dict[str, DeviceClass] = {}
         self.claims: dict[str, ResourceClaim] = {}
-        #: Claims whose latest version could not be decoded, with why (``mark_claim_invalid``).
+        #: Claims whose latest version could not be decoded, with why (``mark_claim_invalid``),
+        #: and the devices each still holds.
         self.invalid_claims: dict[str, str] = {}
+        self._invalid_held: dict[str, AllocationResult] = {}
         self.raw_claims: dict[str, dict[str, Any]] = {}
         #: Per claim key: its spec as canonical bytes (see ``_spec_key``).
         self.claim_specs: dict[str, bytes] = {}
@@ -231,6 +233,7 @@ class ObjectStore:
             self.fits.clear()
         elif isinstance(obj, ResourceClaim):
             self.invalid_claims.pop(key, None)
+            self._invalid_held.pop(key, None)
             self.claims[key] = obj
             self.raw_claims[key] = raw
             if spec_key is None:
@@ -268,9 +271,17 @@ class ObjectStore:
         self.raw_claims.pop(key, None)
         self.claim_specs.pop(key, None)
         self.revision += 1
-        held = _readable_allocation(raw)
-        if held is None and old is not None:
-            held = old.allocation
+        # Held stays held while the claim is unreadable: what it held when it was last readable,
+        # what earlier unreadable versions named, and what this one names, together.
+        held = _union(
+            self._invalid_held.get(key),
+            old.allocation if old is not None else None,
+            _readable_allocation(raw),
+        )
+        if held is None:
+            self._invalid_held.pop(key, None)
+        else:
+            self._invalid_held[key] = held
         self.invalid_claims[key] = reason
         self._claim_allocation(key, held)
         for listener in self.claim_listeners:
@@ -300,6 +311,7 @@ class ObjectStore:
             if self.classes.pop(key, None) is not None:
                 self.fits.clear()
         elif kind == "ResourceClaim":
+            self._invalid_held.pop(key, None)
             if self.claims.pop(key, None) is not None or self.invalid_claims.pop(key, None) is not None:
                 self._claim_allocation(key, None)
             self.raw_claims.pop(key, None)
@@ -412,3 +424,12 @@ def _readable_allocation(raw: Mapping[str, Any]) -> AllocationResult | None:
         if isinstance(r, Mapping) and all(isinstance(r.get(k), str) and r.get(k) for k in ("driver", "pool", "device"))
     )
     return AllocationResult(devices=held) if held else None
+
+
+def _union(*allocations: AllocationResult | None) -> AllocationResult | None:
+    """One allocation holding every device any of ``allocations`` holds (each device once)."""
+    seen: dict[DeviceID, DeviceResult] = {}
+    for allocation in allocations:
+        for result in allocation.devices if allocation is not None else ():
+            seen.setdefault(result.device_id, result)
+    return AllocationResult(devices=tuple(seen.values())) if seen else None

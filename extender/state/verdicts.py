@@ -198,8 +198,9 @@ class VerdictCache:
             if name in current:
                 table.put(name, verdict)  # registered with its view at the first pause
             once.put(name, verdict)
-        once.stale = frozenset(decided.keys() - current)
-        self.store.fits.stats.stale += len(once.stale)
+        changed_known = {name for name, verdict in known.items() if table.by_node.get(name) is not verdict}
+        once.stale = frozenset((decided.keys() - current) | changed_known)
+        self.store.fits.stats.stale += len(decided.keys() - current)
         return once
 
     def filter_outcome(self, verdicts: ShapeVerdicts, candidates: Candidates) -> FilterOutcome:

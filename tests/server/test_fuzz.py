@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from extender.backends.kube import ClusterConfig, KubeBackend, KubeSettings, WatchSettings
+from extender.core.errors import ExtenderError
 from extender.server import ServerSettings, create_app
 from extender.state.service import SchedulingService
 from tests import manifests as m
@@ -271,13 +272,41 @@ binding_args = st.fixed_dictionaries(
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+def _exception_names(base: type[BaseException]) -> set[str]:
+    names, todo = set(), [base]
+    while todo:
+        cls = todo.pop()
+        names.add(cls.__name__)
+        todo.extend(cls.__subclasses__())
+    return names
+
+
+#: What an answered error may be counted as: the service's own errors (and filter's ``Error``
+#: outcome). Any other class in ``verb_errors`` or ``binds`` is a crash, whatever the logs say.
+EXPECTED_ERRORS = _exception_names(ExtenderError) | {"Error", ""}
+
+
+def crashes_counted(stack: Stack) -> list[str]:
+    """The error classes the server's metrics counted that are not the service's own errors."""
+    _, raw = request(stack, "GET", "/metrics")
+    odd = []
+    for line in raw.decode().splitlines():
+        if line.startswith(("dra_extender_verb_errors_total{", "dra_extender_binds_total{")):
+            reason = line.partition('reason="')[2].partition('"')[0]
+            if reason not in EXPECTED_ERRORS:
+                odd.append(line)
+    return odd
+
+
 def untouched(stack: Stack) -> None:
-    """No write reached the API server (Events included) and nothing is in flight."""
+    """No write reached the API server (Events included), nothing is in flight, and nothing
+    crashed (neither in the logs nor in the metrics' error classes)."""
     writes = [f"{r.method} {r.path}" for r in stack.fake.requests if r.method in ("PUT", "POST", "PATCH", "DELETE")]
     assert writes == []
     assert len(stack.service.ledger) == 0
     crashes, stack.crashes[:] = list(stack.crashes), []
     assert crashes == [], crashes[:3]
+    assert crashes_counted(stack) == []
 
 
 # --- the endpoints ---------------------------------------------------------------------------

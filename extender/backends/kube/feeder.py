@@ -143,6 +143,8 @@ class StoreFeeder:
             if kind == "ResourceClaim":
                 # Not usable, but what it holds stays held: nothing may be allocated twice.
                 self.store.mark_claim_invalid(key, raw, exc.reason)
+                if version is not None:  # an older version arriving later must not undo this one
+                    self._versions.setdefault(kind, {})[key] = version
             else:
                 # Keep no stale copy of an object we can no longer read: forget it (a slice is
                 # never refused: it is kept, marked invalid, and makes its pool invalid).

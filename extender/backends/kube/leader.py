@@ -116,6 +116,8 @@ class LeaseWatcher:
         #: longer than ``cache_seconds`` either.
         self._valid_until = float("-inf")
         self._verdict: ExtenderError | None = None
+        # One read at a time: an older answer landing after a newer one must not win.
+        self._reading = asyncio.Lock()
 
     @property
     def path(self) -> str:
@@ -126,14 +128,16 @@ class LeaseWatcher:
         """Read the Lease every ``poll_seconds`` (a task of the backend), so that renewals are
         dated closely and ``ensure_leader`` rarely needs a read of its own."""
         while True:
-            await self._check()
-            self._valid_until = min(self._valid_until, self.clock() + self.settings.cache_seconds)
+            async with self._reading:
+                await self._check()
             await asyncio.sleep(self.settings.poll_seconds)
 
     async def ensure_leader(self) -> None:
         """Returns if we lead; raises ``NotLeader`` if not, or if the Lease cannot be read."""
         if self.clock() >= self._valid_until:
-            await self._check()
+            async with self._reading:
+                if self.clock() >= self._valid_until:  # else a read finished while we waited
+                    await self._check()
         if self._verdict is not None:
             raise self._verdict
 

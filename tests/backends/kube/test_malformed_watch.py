@@ -6,6 +6,7 @@ given to anyone else; an object without a name is refused and counted."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from extender.core.answers import INVALID_POOLS
@@ -98,3 +99,51 @@ async def test_objects_without_a_name_or_unreadable_classes_hurt_nothing_else(fa
     assert "other" not in backend.store.classes and "node-3" not in backend.store.nodes
     assert backend.synced
     assert service.filter(m.pod("p1", "c1"), NODES).node_names == NODES
+
+
+def unreadable(claim: dict[str, Any], **labels: str) -> dict[str, Any]:
+    """``claim`` with a spec the decoder refuses (and labels, to make a new version)."""
+    claim = {**claim, "spec": {"devices": {"requests": "not a list"}}}
+    claim["metadata"] = {**claim["metadata"], "labels": labels}
+    return claim
+
+
+async def test_an_unreadable_claim_keeps_what_it_held_through_later_versions(fake: FakeApiServer, stack: Any) -> None:
+    """Its devices stay held across several unreadable versions, a re-list of one, and a version
+    whose status names only part of them: held only grows until the claim is readable or gone."""
+    both = allocated("c1", "node-1", "gpu-0", "p1")
+    both["status"]["allocation"]["devices"]["results"].append(
+        {"request": "gpus", "driver": "gpu.example.com", "pool": "node-1", "device": "gpu-1"}
+    )
+    objects = m.cluster(both, m.pod("p1", "c1"), m.claim("c2"), m.pod("p2", "c2"), nodes=2, gpus=2)
+    backend, service = await stack(*objects)
+    partly = unreadable(claim_in_fake(fake, "c1"))
+    partly["status"]["allocation"]["devices"]["results"][1]["pool"] = 7  # gpu-1 no longer readable
+    fake.put_object(partly)
+    await until(lambda: "default/c1" in backend.store.invalid_claims)
+    fake.put_object(unreadable(claim_in_fake(fake, "c1"), again="1"))  # another unreadable version
+    await until(lambda: backend.feeder.rejected["ResourceClaim"] == 2)
+    assert service.filter(m.pod("p2", "c2"), NODES).node_names == ["node-2"]  # gpu-0 and gpu-1 held
+    await fake.wait_for_watches(6)
+    fake.drop_watches()
+    fake.put_object(m.node("node-3"))  # history moves on, then is compacted:
+    fake.compact()  # the resumed watch gets 410, and a re-list delivers the unreadable version again
+    await until(lambda: backend.reflectors["ResourceClaim"].lists >= 2)
+    assert service.filter(m.pod("p2", "c2"), NODES).node_names == ["node-2"]
+
+
+async def test_a_bind_in_flight_keeps_its_devices_when_its_claim_turns_unreadable(
+    fake: FakeApiServer, stack: Any
+) -> None:
+    backend, service = await stack(
+        *m.cluster(m.claim("c1"), m.pod("p1", "c1"), m.claim("c2"), m.pod("p2", "c2"), nodes=1, gpus=1)
+    )
+    fake.hang("PUT", r"/resourceclaims/c1$")  # the bind's finalizer write never answers
+    bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
+    await until(lambda: bool(fake.requests_to("PUT", r"/resourceclaims/c1$")))
+    fake.put_object(unreadable(claim_in_fake(fake, "c1")))
+    await until(lambda: "default/c1" in backend.store.invalid_claims)
+    assert len(service.ledger) == 1  # the bind's entry is not taken for a claim that is gone
+    assert service.filter(m.pod("p2", "c2"), ["node-1"]).node_names == []  # its GPU stays taken
+    bind.cancel()
+    fake.release_hangs()
