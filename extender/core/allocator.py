@@ -27,6 +27,7 @@ from functools import partial
 from typing import NamedTuple
 
 from extender.core.answers import (
+    CLASSIC_NOT_SUPPORTED,
     INVALID_POOLS,
     NO_CLASS_DEVICES_HERE,
     NOT_AVAILABLE,
@@ -370,6 +371,7 @@ class Allocator:
         self.search_steps = 0
         self.shortcuts = shortcuts
         self.budget = budget if budget is not None else SearchBudget()
+        self._classic = next((claim for claim in self.claims if claim.controller), None)
         # Without All-mode requests, preparing the claims (docs/semantics.md §5) gives the same plans, or the
         # same fatal error, on every node: do it once.
         self.node_independent = not any(
@@ -401,6 +403,7 @@ class Allocator:
         """The search on one node (module docstring); ``search_steps`` counts its steps. Raises
         ``AllocationTimedOut`` when the node's budget runs out."""
         self.search_steps = 0
+        self._refuse_classic()
         self.budget.start(node.name)
         if self.preallocated and self._unavailable_claim(node) is not None:
             return None
@@ -436,6 +439,7 @@ class Allocator:
         nodes = list(nodes)
         if not nodes:
             return []
+        self._refuse_classic()
         simple = None
         if not self.preallocated and self.node_independent and self.shortcuts:
             simple = self._simple if isinstance(self._simple, list) else None
@@ -488,6 +492,13 @@ class Allocator:
                 steps += self.search_steps
         self.search_steps = steps
         return out
+
+    def _refuse_classic(self) -> None:
+        """A claim its driver's controller allocates (classic DRA) is never allocated here: a
+        structured device that matches its class is not what its driver would give it."""
+        if self._classic is not None:
+            key = self._classic.key
+            raise PodUnschedulable(f"claim {key}: {CLASSIC_NOT_SUPPORTED}", claim=key)
 
     def _allocate_one(self, node: NodeInfo) -> Allocation | NodeUnresolvable | None:
         try:

@@ -257,6 +257,8 @@ class DeviceClass:
     config: tuple[OpaqueConfig, ...] = ()
     extended_resource_name: str | None = None
     resource_version: str = ""
+    #: v1alpha3: the nodes classic claims of this class may be allocated for (None: any).
+    suitable_nodes: NodeSelector | None = None
 
 
 # --- ResourceClaim --------------------------------------------------------------------------
@@ -335,6 +337,8 @@ class AllocationResult:
     config: tuple[AllocationConfig, ...] = ()
     node_selector: NodeSelector | None = None
     allocation_timestamp: str | None = None
+    #: v1alpha3 (classic DRA): the driver whose controller made the allocation ("" for structured).
+    controller: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,10 +363,21 @@ class ResourceClaim:
     resource_version: str = ""
     #: The served version the claim came in ("resource.k8s.io/v1", ...): results are encoded in it.
     api_version: str = "resource.k8s.io/v1"
+    #: v1alpha3 (classic DRA, 1.26-1.31): the driver whose control-plane controller allocates this
+    #: claim ("" for structured parameters: the scheduler allocates). Such a claim is never given
+    #: to the structured allocator.
+    controller: str = ""
+    #: v1alpha3: the driver was asked to deallocate (``status.deallocationRequested``).
+    deallocation_requested: bool = False
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def classic(self) -> bool:
+        """Whether a driver's controller allocates this claim (``spec.controller``), or did."""
+        return bool(self.controller) or (self.allocation is not None and bool(self.allocation.controller))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from extender.core.answers import CLASSIC_NOT_SUPPORTED
 from extender.core.errors import ClaimNotCreated, PodUnschedulable, Transient
 from extender.core.model import ResourceClaim
 from extender.state.ledger import InFlightLedger
@@ -93,6 +94,21 @@ def _provisional(
     return dataclasses.replace(template.spec, namespace=namespace, name=key.partition("/")[2], uid="")
 
 
+def _check_structured(claim: ResourceClaim) -> None:
+    """A claim its driver's controller allocates (classic DRA, v1alpha3 ``spec.controller``) is
+    never given to the structured allocator: a structured device that happens to match its class
+    is not what its driver would allocate. Allocated (by the driver), it is used like any
+    allocated claim; unallocated, or asked to be deallocated, the pod cannot be scheduled here."""
+    if claim.deallocation_requested:
+        raise Transient("resourceclaim must be reallocated", claim=claim.key)
+    if claim.controller and claim.allocation is None:
+        raise PodUnschedulable(
+            f"{CLASSIC_NOT_SUPPORTED} (claim {claim.key} is allocated by the controller of driver "
+            f"{claim.controller}: classic DRA, which this extender does not drive)",
+            claim=claim.key,
+        )
+
+
 def resolve_pod_claims(
     pod: Mapping[str, Any], store: ObjectStore, ledger: InFlightLedger, *, from_templates: bool = False
 ) -> PodClaims:
@@ -115,6 +131,7 @@ def resolve_pod_claims(
                 template_name = str(pod_claim["resourceClaimTemplateName"])
                 provisional = _provisional(store, result, namespace, name, str(pod_claim_name), template_name)
                 if provisional is not None:
+                    _check_structured(provisional)
                     in_flight = ledger.get(provisional.key)
                     if in_flight is not None and in_flight.pod_uid != uid:
                         raise Transient(f"resource claim {provisional.key} is in the process of being allocated")
@@ -138,6 +155,7 @@ def resolve_pod_claims(
             raise ClaimNotCreated(f'resourceclaim.resource.k8s.io "{claim_name}" not found', claim=key)
         if claim.deletion_timestamp:
             raise Transient(f'resourceclaim "{claim_name}" is being deleted', claim=key)
+        _check_structured(claim)
         if check_owner and not _owned_by(store.raw_claims.get(key) or {}, uid):
             raise Transient(
                 f"ResourceClaim {key} was not created for pod {namespace}/{name} (pod is not owner)", claim=key

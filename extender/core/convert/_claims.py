@@ -23,12 +23,14 @@ from extender.core.model import (
     DeviceRequest,
     DeviceResult,
     ExactRequest,
+    NodeSelector,
     ResourceClaim,
     ResourceClaimTemplate,
 )
 
 from ._base import (
     FLAT_VERSIONS,
+    V1ALPHA3,
     FieldError,
     RawDict,
     boolean,
@@ -80,7 +82,7 @@ _MAX_RESERVED_FOR = 256
 def decode_device_class(raw: object, *, api_version: str | None = None) -> DeviceClass:
     """Decode a DeviceClass in any served version; raises ``InvalidObject`` naming the field."""
     body = object_dict(raw, "DeviceClass")
-    check_type(body, "DeviceClass", api_version)
+    version = check_type(body, "DeviceClass", api_version)
     meta, name, _ = object_name(body, "DeviceClass", namespaced=False)
     with reported_as(f"DeviceClass {name}"):
         spec = mapping(body.get("spec"), "spec")
@@ -95,7 +97,21 @@ def decode_device_class(raw: object, *, api_version: str | None = None) -> Devic
             ),
             extended_resource_name=optional_string(spec.get("extendedResourceName"), "spec.extendedResourceName"),
             resource_version=string(meta.get("resourceVersion"), "metadata.resourceVersion"),
+            suitable_nodes=_suitable_nodes(spec, version),
         )
+
+
+def _suitable_nodes(spec: RawDict, version: str) -> NodeSelector | None:
+    """``spec.suitableNodes`` of a v1alpha3 class (later versions have no such field)."""
+    raw = spec.get("suitableNodes") if version == V1ALPHA3 else None
+    return None if raw is None else node_selector(raw, "spec.suitableNodes")
+
+
+def _controller(spec: object, path: str, version: str) -> str:
+    """``spec.controller`` of a v1alpha3 claim (classic DRA; later versions have no such field)."""
+    if version != V1ALPHA3:
+        return ""
+    return string(mapping(spec, path).get("controller"), f"{path}.controller")
 
 
 def _selectors(raw: object, path: str) -> tuple[str | None, ...]:
@@ -132,8 +148,10 @@ def decode_resource_claim(
     with reported_as(f"ResourceClaim {namespace}/{name}"):
         if same_spec_as is not None and same_spec_as.api_version == version:
             requests, constraints, config = same_spec_as.requests, same_spec_as.constraints, same_spec_as.config
+            controller = same_spec_as.controller
         else:
             requests, constraints, config = _claim_spec(body.get("spec"), "spec", version in FLAT_VERSIONS)
+            controller = _controller(body.get("spec"), "spec", version)
         status = mapping(body.get("status"), "status")
         raw_allocation = status.get("allocation")
         reserved = sequence(status.get("reservedFor"), "status.reservedFor")
@@ -150,6 +168,9 @@ def decode_resource_claim(
             deletion_timestamp=timestamp(meta.get("deletionTimestamp"), "metadata.deletionTimestamp"),
             resource_version=string(meta.get("resourceVersion"), "metadata.resourceVersion"),
             api_version=version,
+            controller=controller,
+            deallocation_requested=version == V1ALPHA3
+            and bool(boolean(status.get("deallocationRequested"), "status.deallocationRequested")),
         )
 
 
@@ -175,6 +196,7 @@ def decode_resource_claim_template(raw: object, *, api_version: str | None = Non
                 constraints=constraints,
                 config=config,
                 api_version=version,
+                controller=_controller(spec.get("spec"), "spec.spec", version),
             ),
             api_version=version,
         )
@@ -361,6 +383,7 @@ def allocation_result(raw: object, path: str) -> AllocationResult:
         config=tuple(_allocation_config(item, f"{config_path}[{i}]") for i, item in enumerate(configs)),
         node_selector=None if raw_selector is None else node_selector(raw_selector, f"{path}.nodeSelector"),
         allocation_timestamp=timestamp(body.get("allocationTimestamp"), f"{path}.allocationTimestamp"),
+        controller=string(body.get("controller"), f"{path}.controller"),
     )
 
 
