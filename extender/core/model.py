@@ -391,6 +391,24 @@ class ResourceClaimTemplate:
     api_version: str = "resource.k8s.io/v1"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PodSchedulingContext:
+    """resource.k8s.io/v1alpha3 (classic DRA): the negotiation for one pod, named after it."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    #: The pod that controls it (``metadata.ownerReferences`` with ``controller: true``), or "".
+    owner_uid: str = ""
+    #: Set by the scheduler: the node the pod should run on, and the nodes it might run on.
+    selected_node: str = ""
+    potential_nodes: tuple[str, ...] = ()
+    #: Set by the drivers: per pod claim name (``pod.spec.resourceClaims[].name``), nodes their
+    #: controller cannot allocate that claim for.
+    unsuitable_nodes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    resource_version: str = ""
+
+
 # --- allocator feature switches ---------------------------------------------------------------
 
 

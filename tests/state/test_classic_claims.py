@@ -2,11 +2,13 @@
 issue 14) until the extender drives that protocol: never allocated with structured devices, even
 where devices match their class (the bug seen on a 1.31 cluster); a claim the driver allocated is
 used like any allocated claim (pinned to its node, reserved at bind); one asked to be deallocated
-waits (``Error``). The decoding of the classic fields is here too."""
+waits (``Error``). The decoding of the classic fields and of PodSchedulingContext (with the API
+server's limits) is here too."""
 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -14,8 +16,8 @@ import pytest
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.allocator import allocate_claims
 from extender.core.answers import CLASSIC_NOT_SUPPORTED
-from extender.core.convert import decode_object
-from extender.core.errors import PodUnschedulable
+from extender.core.convert import decode_object, decode_pod_scheduling_context
+from extender.core.errors import InvalidObject, PodUnschedulable
 from extender.core.model import DeviceClass, NodeInfo, ResourceClaim
 from extender.state.service import SchedulingService
 from tests import manifests as m
@@ -111,3 +113,49 @@ def test_a_claim_being_deallocated_by_its_driver_waits() -> None:
     svc = service(classic_claim("c1", allocated_on="node-1", deallocation=True), m.pod("p1", "c1"))
     outcome = svc.filter(m.pod("p1", "c1"), NODES)
     assert outcome.node_names == [] and outcome.error == "resourceclaim must be reallocated"
+
+
+def scheduling_context(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": ALPHA,
+        "kind": "PodSchedulingContext",
+        "metadata": {
+            "name": "p1",
+            "namespace": "default",
+            "uid": "ctx-1",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p1", "uid": "uid-p1", "controller": True}],
+        },
+        "spec": spec,
+        "status": {"resourceClaims": [{"name": "gpu", "unsuitableNodes": ["node-2"]}]},
+    }
+
+
+def test_a_pod_scheduling_context_decodes() -> None:
+    context = decode_pod_scheduling_context(scheduling_context(selectedNode="node-1", potentialNodes=NODES))
+    assert (context.namespace, context.name, context.owner_uid) == ("default", "p1", "uid-p1")
+    assert context.selected_node == "node-1" and context.potential_nodes == ("node-1", "node-2")
+    assert context.unsuitable_nodes == {"gpu": ("node-2",)}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"potentialNodes": [f"n{i}" for i in range(129)]}, "spec.potentialNodes: must have at most 128 items"),
+        ({"potentialNodes": ["n1", "n1"]}, "spec.potentialNodes[1]: Duplicate value: 'n1'"),
+        ({"potentialNodes": [""]}, "spec.potentialNodes[0]: required"),
+        ({"selectedNode": 5}, "spec.selectedNode: must be a string"),
+    ],
+)
+def test_a_pod_scheduling_context_the_api_server_would_refuse_is_refused(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidObject, match=re.escape(message)):
+        decode_pod_scheduling_context(scheduling_context(**change))
+
+
+def test_a_pod_scheduling_context_exists_in_v1alpha3_only() -> None:
+    later = {**scheduling_context(), "apiVersion": m.V1}
+    with pytest.raises(InvalidObject, match="v1alpha3 only"):
+        decode_pod_scheduling_context(later)
+    twice = scheduling_context()
+    twice["status"]["resourceClaims"].append({"name": "gpu"})
+    with pytest.raises(InvalidObject, match="Duplicate value: 'gpu'"):
+        decode_pod_scheduling_context(twice)

@@ -19,6 +19,8 @@ missing class name, unknown allocation mode, empty constraint) are kept for it t
 Every decoder takes an optional keyword ``api_version`` used when the raw object has no
 ``apiVersion`` (items of a LIST response); without either, v1 is assumed.
 
+``decode_pod_scheduling_context`` reads classic DRA's PodSchedulingContext (v1alpha3 only).
+
 Encoding: ``encode_allocation_result`` writes ``status.allocation`` (same shape in every version);
 ``encode_node_selector`` a core/v1 NodeSelector.
 """
@@ -32,10 +34,12 @@ from ._claims import (
 )
 from ._encode import encode_allocation_result, encode_node_selector, encode_toleration
 from ._objects import DecodedObject, decode_node, decode_node_selector, decode_object
+from ._scheduling import POD_SCHEDULING_NODE_LIST_MAX_SIZE, decode_pod_scheduling_context
 from ._slices import decode_resource_slice
 
 __all__ = [
     "FLAT_VERSIONS",
+    "POD_SCHEDULING_NODE_LIST_MAX_SIZE",
     "SERVED_VERSIONS",
     "V1",
     "V1ALPHA3",
@@ -47,6 +51,7 @@ __all__ = [
     "decode_node",
     "decode_node_selector",
     "decode_object",
+    "decode_pod_scheduling_context",
     "decode_resource_claim",
     "decode_resource_claim_template",
     "decode_resource_slice",
