@@ -426,7 +426,7 @@ async def _kube_extender(
         return
     with tempfile.TemporaryDirectory(prefix="bench-pipeline-") as tmp:
         kubeconfig = Path(tmp) / "kubeconfig"
-        kubeconfig.write_text(_kubeconfig(url), encoding="utf-8")
+        kubeconfig.write_text(kubeconfig_text(url), encoding="utf-8")
         port = free_port()
         command = [sys.executable, "-m", "extender", "serve", "--kubeconfig", str(kubeconfig)]
         command += ["--listen", f"127.0.0.1:{port}", *_extender_flags(scoring, extender_args)]
@@ -632,7 +632,8 @@ async def _watch_pods(session: Any, url: str, wake: Callable[[], None]) -> None:
             wake()
 
 
-def _kubeconfig(url: str) -> str:
+def kubeconfig_text(url: str) -> str:
+    """A kubeconfig for an API server at ``url`` that needs no credentials (the fake's)."""
     return (
         "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
         f"clusters:\n- name: fake\n  cluster:\n    server: {url}\n"
@@ -782,16 +783,24 @@ _COUNTERS = {
 }
 
 
-async def extender_counters(port: int) -> dict[str, float]:
+async def extender_metrics(port: int) -> dict[str, float]:
+    """Every sample of the extender's ``/metrics`` by its full name (labels included); empty if
+    the scrape fails."""
     async with LeanClient("127.0.0.1", port, 1) as http:
         status, body = await http.get("/metrics")
-    out: dict[str, float] = {}
     if status != 200:
-        return out
+        return {}
+    samples: dict[str, float] = {}
     for line in body.decode().splitlines():
         name, _, value = line.rpartition(" ")
-        if name in _COUNTERS:
-            out[_COUNTERS[name]] = float(value)
+        if name and not line.startswith("#"):
+            samples[name] = float(value)
+    return samples
+
+
+async def extender_counters(port: int) -> dict[str, float]:
+    samples = await extender_metrics(port)
+    out = {label: samples[name] for name, label in _COUNTERS.items() if name in samples}
     if out.get("holds settled"):
         out["mean hold age ms"] = round(1000 * out["hold age s"] / out["holds settled"], 3)
     if out.get("claim waits"):

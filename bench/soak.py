@@ -40,8 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.http_client import LeanClient
-from bench.pipeline import Stack, Workload, kube_stack, run_model, workload_objects
+from bench.pipeline import Stack, Workload, extender_metrics, kube_stack, run_model, workload_objects
 from bench.scheduler_model import ModelReport, ModelSettings
 from tests.fakes.claim_controller import ReservationController
 
@@ -176,14 +175,8 @@ def _cycle() -> Any:
 
 
 async def _ledger_entries(port: int) -> int:
-    async with LeanClient("127.0.0.1", port, 1) as http:
-        status, body = await http.get("/metrics")
-    if status != 200:
-        return -1
-    for line in body.decode().splitlines():
-        if line.startswith("dra_extender_ledger_entries "):
-            return int(float(line.split()[1]))
-    return -1
+    """The extender's in-flight ledger entries now (-1 if ``/metrics`` does not say)."""
+    return int((await extender_metrics(port)).get("dra_extender_ledger_entries", -1))
 
 
 async def _settled_ledger(port: int, timeout: float) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from bench.pipeline import kubeconfig_text
 from tests import manifests as m
 from tests.backends.kube.test_backend import assert_consistent, claim_in_fake, node_of, until
 from tests.fakes import FakeApiServer
@@ -102,13 +103,7 @@ class Extender:
 @pytest.fixture
 async def harness(fake: FakeApiServer, tmp_path: Path) -> AsyncIterator[Callable[[], Extender]]:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(
-        "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-        f"clusters:\n- name: fake\n  cluster:\n    server: {fake.url}\n"
-        "users:\n- name: fake\n  user: {}\n"
-        "contexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n",
-        encoding="utf-8",
-    )
+    kubeconfig.write_text(kubeconfig_text(fake.url), encoding="utf-8")
     started: list[Extender] = []
 
     def start() -> Extender:
@@ -168,15 +163,23 @@ async def crash_mid_bind(fake: FakeApiServer, first: Extender, session: aiohttp.
     fake.release_hangs()
 
 
+async def killed_and_restarted(
+    fake: FakeApiServer, harness: Callable[[], Extender], session: aiohttp.ClientSession, step: str
+) -> Extender:
+    """A first process killed at ``step`` of p1's bind, and the second one, ready."""
+    first = harness()
+    await first.ready(session)
+    await crash_mid_bind(fake, first, session, step)
+    second = harness()
+    await second.ready(session)
+    return second
+
+
 @pytest.mark.parametrize("step", list(STEPS))
 async def test_killed_mid_bind_the_retry_converges(fake: FakeApiServer, harness: Any, step: str) -> None:
     seed(fake)
     async with aiohttp.ClientSession() as session, ReservationController(fake):
-        first = harness()
-        await first.ready(session)
-        await crash_mid_bind(fake, first, session, step)
-        second = harness()
-        await second.ready(session)
+        second = await killed_and_restarted(fake, harness, session, step)
         if step == "binding made":
             assert node_of(fake, "p1") == "node-1"  # kube-scheduler sees it bound: no retry
         else:
@@ -193,11 +196,7 @@ async def test_killed_mid_bind_the_retry_converges(fake: FakeApiServer, harness:
 async def test_killed_mid_bind_then_the_pod_goes_away(fake: FakeApiServer, harness: Any, step: str) -> None:
     seed(fake)
     async with aiohttp.ClientSession() as session, ReservationController(fake):
-        first = harness()
-        await first.ready(session)
-        await crash_mid_bind(fake, first, session, step)
-        second = harness()
-        await second.ready(session)
+        second = await killed_and_restarted(fake, harness, session, step)
         fake.delete_object("Pod", "default", "p1")  # the user gives up on p1
         # the resourceclaim controller frees c1 (its reservation named a pod that is gone), so
         # both other pods fit on the two GPUs
@@ -222,11 +221,7 @@ async def test_killed_mid_bind_then_the_pod_goes_elsewhere(fake: FakeApiServer, 
     for obj in m.cluster(m.claim("c1"), m.pod("p1", "c1"), m.claim("c2"), m.pod("p2", "c2"), nodes=2, gpus=1):
         fake.put_object(obj)
     async with aiohttp.ClientSession() as session, ReservationController(fake):
-        first = harness()
-        await first.ready(session)
-        await crash_mid_bind(fake, first, session, step)
-        second = harness()
-        await second.ready(session)
+        second = await killed_and_restarted(fake, harness, session, step)
         assert await retried(lambda: second.schedule(session, "p1", "c1", ["node-2"])) == "node-2"
         pool = claim_in_fake(fake, "c1")["status"]["allocation"]["devices"]["results"][0]["pool"]
         assert pool == "node-2"
