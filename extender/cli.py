@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
+
 def _load(paths: Sequence[str]) -> ObjectStore:
     """The manifests' DRA objects, nodes and pods in an ObjectStore; other kinds are skipped."""
     store = ObjectStore()
@@ -236,6 +237,14 @@ def _add_serve(commands: Any) -> None:
         "pod (the sidecar model); unset: always bind",
     )
     kube_option("--lease-namespace", "kube-system", "namespace of --lease-name (default %(default)s)")
+    kube.add_argument(
+        "--no-classic-dra",
+        dest="classic_dra",
+        action="store_false",
+        default=os.environ.get(_env("--no-classic-dra"), "") in ("", "0"),
+        help="never watch or write PodSchedulingContexts, even where the API server serves classic DRA "
+        f"(Kubernetes 1.31 with DRAControlPlaneController; docs/classic-dra.md) [env {_env('--no-classic-dra')}=1]",
+    )
     kube_option(
         "--requeue-rate",
         "5",
@@ -419,6 +428,7 @@ def _kube_backend(args: argparse.Namespace) -> KubeBackend:
     settings = KubeSettings(
         lease=LeaseSettings(name=args.lease_name, namespace=args.lease_namespace) if args.lease_name else None,
         requeue=RequeueSettings(rate_per_second=args.requeue_rate) if args.requeue_rate > 0 else None,
+        classic=args.classic_dra,
     )
     return KubeBackend.from_kubeconfig(
         args.kubeconfig or None, context=args.context or None, in_cluster=None, settings=settings

@@ -71,6 +71,32 @@ class Backend(Protocol):
         (to any node) or its UID differs (the pod was re-created); ObjectNotFound if absent."""
         ...
 
+    @property
+    def classic_dra(self) -> str:
+        """Whether classic DRA (v1alpha3 claims allocated by a driver's controller, negotiated
+        through PodSchedulingContexts) can be driven here: "" if so, else why not (the text pods
+        with such claims get)."""
+        ...
+
+    async def create_scheduling_context(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Create a PodSchedulingContext (POST; status is dropped, as the API server's strategy
+        does). WriteConflict if one of that name exists."""
+        ...
+
+    async def update_scheduling_context(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Replace a PodSchedulingContext's metadata and spec (PUT; status kept), guarded by
+        ``metadata.resourceVersion``. ObjectNotFound if absent."""
+        ...
+
+    async def apply_scheduling_context(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply of a PodSchedulingContext's spec (forced, as field manager
+        ``kube-scheduler`` did): the fallback when an update conflicts. Creates it if absent."""
+        ...
+
+    async def delete_scheduling_context(self, namespace: str, name: str) -> None:
+        """Delete a PodSchedulingContext; ObjectNotFound if absent."""
+        ...
+
     def observe_nodes(self, raw_nodes: Sequence[Mapping[str, Any]]) -> None:
         """Node objects a request carried (nodeCacheCapable: false; already type-checked). The
         embedded backend takes their labels, as the cluster it plays; the kube backend adds only

@@ -48,6 +48,7 @@ from extender.core.model import AllocationResult
 from extender.state import cooperative
 from extender.state.claim_writes import Written, roll_back, write_allocation, write_reservation
 from extender.state.claims import PodClaims, pod_identity, reserved_for
+from extender.state.classic import ClassicNegotiator
 from extender.state.cluster import ClusterView
 from extender.state.holds import Holds, record
 from extender.state.stats import ServiceStats
@@ -112,6 +113,7 @@ class Binder:
         claim_wait_seconds: float,
         deadline_seconds: float = DEFAULT_BIND_DEADLINE_SECONDS,
         binding: set[str],
+        classic: ClassicNegotiator | None = None,
     ) -> None:
         if deadline_seconds <= 0:
             raise ValueError("the bind deadline must be positive")
@@ -124,6 +126,7 @@ class Binder:
         self.claim_wait_seconds = claim_wait_seconds
         self.deadline_seconds = deadline_seconds
         self.binding = binding
+        self.classic = classic if classic is not None else ClassicNegotiator(cluster)
         # Binds waiting for template claims, by pod key (see ``_with_created_claims``).
         self._claim_waiters: dict[str, list[asyncio.Event]] = {}
         self.store.claim_listeners.append(self._claim_or_pod_changed)
@@ -151,6 +154,8 @@ class Binder:
             try:
                 if decision.claims.provisional:
                     decision = await self._with_created_claims(decision, writes_by)
+                if decision.claims.classic:
+                    decision = await self._with_classic_allocated(decision, writes_by)
                 await self._write(decision, writes_by, deadline)
             except asyncio.CancelledError:
                 # What reached the API is unknown: the entries keep the devices taken until the
@@ -164,6 +169,11 @@ class Binder:
             self.binding.discard(actual_uid)
         # Entries leave the ledger once the store shows the allocations (reconcile).
         self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
+        if decision.claims.pod_key in self.store.scheduling_contexts:
+            # classic DRA: the negotiation is over (within the deadline: a failure only logs)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout_at(deadline):
+                    await self.classic.delete_context(decision.pod)
 
     async def _read_pod(self, namespace: str, name: str, writes_by: float) -> Mapping[str, Any]:
         timeout = asyncio.timeout_at(writes_by)
@@ -194,6 +204,8 @@ class Binder:
             raise WriteConflict(f'pod "{namespace}/{name}" is already bound to node {bound_to}')
         self.holds.release(uid, bound_to=node_name)
         claims = self.cluster.claims(pod)
+        if claims.classic:
+            self.classic.check_node(claims, node_name)
         return _Decision(pod, node_name, claims, self._allocate(claims, node_name))
 
     def _allocate(self, claims: PodClaims, node_name: str) -> tuple[AllocationResult, ...]:
@@ -260,6 +272,20 @@ class Binder:
                 self._claim_waiters.pop(pod_key, None)
         self.stats.claim_waits += 1
         self.stats.claim_wait_seconds += loop.time() - started
+        return await cooperative.run(self._decide_again, decision, pod, claims)
+
+    async def _with_classic_allocated(self, decision: _Decision, writes_by: float) -> _Decision:
+        """Classic DRA: select the node for the drivers and wait for them to allocate the pod's
+        classic claims (``ClassicNegotiator.allocate_for``), the structured allocations held in
+        the ledger meanwhile; then decide again over the claims as allocated, which checks that
+        the drivers' allocations can be used on the node. The wait leaves a quarter of what
+        remains (at most 2 s) for the writes."""
+        loop = asyncio.get_running_loop()
+        until = writes_by - min(2.0, max(0.0, writes_by - loop.time()) / 4)
+        claims = await self.classic.allocate_for(decision.pod, decision.claims, decision.node, until)
+        pod: Mapping[str, Any] | None = self.store.pods.get(claims.pod_key)
+        if pod is None or pod_identity(pod)[2] != claims.pod_uid:
+            pod = decision.pod
         return await cooperative.run(self._decide_again, decision, pod, claims)
 
     def _decide_again(self, decision: _Decision, pod: Mapping[str, Any], claims: PodClaims) -> _Decision:
@@ -361,7 +387,5 @@ class Binder:
         except ExtenderError:
             return False
         return (
-            live is not None
-            and pod_identity(live)[2] == uid
-            and (live.get("spec") or {}).get("nodeName") == node_name
+            live is not None and pod_identity(live)[2] == uid and (live.get("spec") or {}).get("nodeName") == node_name
         )

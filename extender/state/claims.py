@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.core.answers import CLASSIC_NOT_SUPPORTED
+from extender.core.classic import PendingClassic, check_context_owner, pending_classic
 from extender.core.errors import ClaimNotCreated, PodUnschedulable, Transient
 from extender.core.model import ResourceClaim
 from extender.state.ledger import InFlightLedger
@@ -49,6 +50,9 @@ class PodClaims:
     allocated: list[ResourceClaim] = field(default_factory=list)
     #: Claims of ``to_allocate`` made from their template (not created yet): key -> spec key.
     provisional: dict[str, bytes] = field(default_factory=dict)
+    #: Unallocated classic claims (their driver's controller allocates them, ``state/classic.py``),
+    #: in pod order; in none of the lists above.
+    classic: list[PendingClassic] = field(default_factory=list)
 
 
 def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -94,23 +98,35 @@ def _provisional(
     return dataclasses.replace(template.spec, namespace=namespace, name=key.partition("/")[2], uid="")
 
 
-def _check_structured(claim: ResourceClaim) -> None:
-    """A claim its driver's controller allocates (classic DRA, v1alpha3 ``spec.controller``) is
-    never given to the structured allocator: a structured device that happens to match its class
-    is not what its driver would allocate. Allocated (by the driver), it is used like any
-    allocated claim; unallocated, or asked to be deallocated, the pod cannot be scheduled here."""
+def _check_classic(claim: ResourceClaim, classic_dra: str | None) -> bool:
+    """Whether the claim is an unallocated classic one (v1alpha3 ``spec.controller``: its driver's
+    controller allocates it). Such a claim is never given to the structured allocator: a
+    structured device that happens to match its class is not what its driver would allocate.
+    Allocated (by the driver), it is used like any allocated claim; asked to be deallocated, the
+    pod waits for the driver. ``classic_dra`` is the backend's ``Backend.classic_dra``: "" where
+    the negotiation with the driver is driven, else why not (None: not at all); there an
+    unallocated classic claim makes the pod unschedulable."""
     if claim.deallocation_requested:
         raise Transient("resourceclaim must be reallocated", claim=claim.key)
-    if claim.controller and claim.allocation is None:
-        raise PodUnschedulable(
-            f"{CLASSIC_NOT_SUPPORTED} (claim {claim.key} is allocated by the controller of driver "
-            f"{claim.controller}: classic DRA, which this extender does not drive)",
-            claim=claim.key,
-        )
+    if not claim.controller or claim.allocation is not None:
+        return False
+    if classic_dra == "":
+        return True
+    raise PodUnschedulable(
+        f"{CLASSIC_NOT_SUPPORTED} (claim {claim.key} is allocated by the controller of driver "
+        f"{claim.controller}: classic DRA, "
+        + (f"which cannot be driven here: {classic_dra})" if classic_dra else "which this extender does not drive)"),
+        claim=claim.key,
+    )
 
 
 def resolve_pod_claims(
-    pod: Mapping[str, Any], store: ObjectStore, ledger: InFlightLedger, *, from_templates: bool = False
+    pod: Mapping[str, Any],
+    store: ObjectStore,
+    ledger: InFlightLedger,
+    *,
+    from_templates: bool = False,
+    classic_dra: str | None = None,
 ) -> PodClaims:
     namespace, name, uid = pod_identity(pod)
     result = PodClaims(pod_key=f"{namespace}/{name}", pod_uid=uid)
@@ -130,8 +146,12 @@ def resolve_pod_claims(
             if from_templates and not known and (entry is None or entry.get("resourceClaimName")):
                 template_name = str(pod_claim["resourceClaimTemplateName"])
                 provisional = _provisional(store, result, namespace, name, str(pod_claim_name), template_name)
+                if provisional is not None and provisional.controller:
+                    _check_classic(provisional, classic_dra)  # raises where classic DRA is not driven
+                    # a classic claim must exist before its driver can be asked about it
+                    result.provisional.pop(provisional.key, None)
+                    provisional = None
                 if provisional is not None:
-                    _check_structured(provisional)
                     in_flight = ledger.get(provisional.key)
                     if in_flight is not None and in_flight.pod_uid != uid:
                         raise Transient(f"resource claim {provisional.key} is in the process of being allocated")
@@ -155,11 +175,16 @@ def resolve_pod_claims(
             raise ClaimNotCreated(f'resourceclaim.resource.k8s.io "{claim_name}" not found', claim=key)
         if claim.deletion_timestamp:
             raise Transient(f'resourceclaim "{claim_name}" is being deleted', claim=key)
-        _check_structured(claim)
+        classic = _check_classic(claim, classic_dra)
         if check_owner and not _owned_by(store.raw_claims.get(key) or {}, uid):
             raise Transient(
                 f"ResourceClaim {key} was not created for pod {namespace}/{name} (pod is not owner)", claim=key
             )
+        if classic:
+            context = store.scheduling_contexts.get(result.pod_key)
+            check_context_owner(context, namespace, name, uid)
+            result.classic.append(pending_classic(str(pod_claim_name), claim, store.classes, context))
+            continue
         result.all.append(claim)
         if claim.allocation is not None:
             if not reserved_for(claim, uid) and len(claim.reserved_for) >= MAX_CONSUMERS:

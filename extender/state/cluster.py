@@ -66,9 +66,7 @@ class ClusterView:
         self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
         self.store.snapshot()
 
-    def allocator(
-        self, claims: PodClaims, *, refresh: bool = True, budget: SearchBudget | None = None
-    ) -> Allocator:
+    def allocator(self, claims: PodClaims, *, refresh: bool = True, budget: SearchBudget | None = None) -> Allocator:
         """The allocator for a pod's claims over the cluster as it is now (``refresh=False`` for
         callers that have just refreshed), with ``budget`` (default: the service's per-node limit,
         never yielding; ``WatchedSearch.budget`` for one that lets the event loop run)."""
@@ -109,7 +107,9 @@ class ClusterView:
     def claims(self, pod: Mapping[str, Any], *, from_templates: bool = True) -> PodClaims:
         """``resolve_pod_claims`` over this view (template claims from their templates where they
         do not exist yet, unless ``from_templates`` is off)."""
-        return resolve_pod_claims(pod, self.store, self.ledger, from_templates=from_templates)
+        return resolve_pod_claims(
+            pod, self.store, self.ledger, from_templates=from_templates, classic_dra=self.backend.classic_dra
+        )
 
 
 class WatchedSearch:

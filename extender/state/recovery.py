@@ -16,6 +16,7 @@ from extender.core.errors import ExtenderError
 from extender.core.model import ResourceClaim
 from extender.state.claim_writes import deallocate
 from extender.state.claims import pod_identity
+from extender.state.classic import ClassicNegotiator
 from extender.state.cluster import ClusterView
 
 __all__ = ["deallocate_claim", "stuck_claim"]
@@ -47,10 +48,16 @@ def stuck_claim(cluster: ClusterView, pod: Mapping[str, Any], node_names: Sequen
     return None
 
 
-async def deallocate_claim(cluster: ClusterView, pod: Mapping[str, Any], claim: ResourceClaim) -> bool:
-    """Deallocate the claim ``stuck_claim`` found; False if the write failed (logged)."""
+async def deallocate_claim(
+    cluster: ClusterView, pod: Mapping[str, Any], claim: ResourceClaim, classic: ClassicNegotiator
+) -> bool:
+    """Deallocate the claim ``stuck_claim`` found — one its driver's controller allocated by asking
+    the driver (``ClassicNegotiator.request_deallocation``); False if the write failed (logged)."""
     try:
-        await deallocate(cluster.backend, claim, pod_identity(pod)[2])
+        if claim.classic:
+            await classic.request_deallocation(pod, claim)
+        else:
+            await deallocate(cluster.backend, claim, pod_identity(pod)[2])
     except ExtenderError as exc:
         log.warning("filter.deallocation_failed", claim=claim.key, reason=exc.reason)
         return False

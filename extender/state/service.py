@@ -35,6 +35,7 @@ from extender.state.backend import Backend
 from extender.state.binding import DEFAULT_BIND_DEADLINE_SECONDS, DEFAULT_CLAIM_WAIT_SECONDS, Binder, ledger_ttl
 from extender.state.claim_writes import DELETE_PROTECTION_FINALIZER
 from extender.state.claims import pod_identity
+from extender.state.classic import ClassicNegotiator
 from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
 from extender.state.holds import DEFAULT_HOLD_SECONDS, Holds, one_best
@@ -92,6 +93,7 @@ class SchedulingService:
         self.cluster = ClusterView(backend, self.ledger, features, filter_timeout_seconds=filter_timeout_seconds)
         self.cluster.binding = binding
         self.verdicts = VerdictCache(self.cluster, features)
+        self.classic = ClassicNegotiator(self.cluster)
         self.holds = Holds(self.cluster, self.stats, seconds=hold_seconds, binding=binding)
         self.binder = Binder(
             self.cluster,
@@ -100,6 +102,7 @@ class SchedulingService:
             claim_wait_seconds=claim_wait_seconds,
             deadline_seconds=bind_deadline_seconds,
             binding=binding,
+            classic=self.classic,
         )
         self.views = DebugViews(self.cluster, lambda pod, names: self._filter(pod, names, hold=False))
 
@@ -119,16 +122,25 @@ class SchedulingService:
             if hold:
                 self.holds.release(pod_identity(pod)[2])
             claims = self.cluster.claims(pod)
-            if not claims.all:
+            if not claims.all and not claims.classic:
                 return FilterOutcome(list(node_names))
-            candidates = self.verdicts.candidates(node_names)
-            verdicts = self.verdicts.verdicts(claims, candidates)
+            verdicts = None
+            if claims.all:
+                candidates = self.verdicts.candidates(node_names)
+                verdicts = self.verdicts.verdicts(claims, candidates)
         except ExtenderError as exc:
             return FilterOutcome([], error=exc.reason)
-        result = self.verdicts.filter_outcome(verdicts, candidates)
+        if verdicts is None:
+            result = FilterOutcome(list(node_names))
+        else:
+            result = self.verdicts.filter_outcome(verdicts, candidates)
+        if claims.classic:
+            result = self.classic.filter(pod, claims, result, publish=hold)
+            if result.error:
+                return result
         if not result.node_names and self.on_rejected is not None:
             self.on_rejected(pod)
-        elif hold and len(result.node_names) == 1:
+        elif hold and verdicts is not None and len(result.node_names) == 1:
             node = result.node_names[0]
             self.holds.hold(claims, node, None if node in verdicts.stale else verdicts.by_node.get(node))
         return result
@@ -149,8 +161,10 @@ class SchedulingService:
             await self.backend.ensure_leader()
         except ExtenderError as exc:
             return FilterOutcome([], error=f"claim {stuck.key} must be deallocated, but {exc.reason}")
-        if not await deallocate_claim(self.cluster, pod, stuck):
+        if not await deallocate_claim(self.cluster, pod, stuck, self.classic):
             return outcome
+        if stuck.classic:
+            return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck.key} requested")
         return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck.key} completed")
 
     def observe_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:

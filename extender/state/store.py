@@ -33,6 +33,7 @@ from extender.core.model import (
     DeviceID,
     DeviceResult,
     NodeInfo,
+    PodSchedulingContext,
     ResourceClaim,
     ResourceClaimTemplate,
     ResourceSlice,
@@ -45,8 +46,16 @@ from extender.state.fits import FitCache
 __all__ = ["KINDS", "AllocationIndex", "ObjectStore", "object_key"]
 
 #: The kinds the store keeps, by ``kind``.
-KINDS = ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice", "Node", "Pod")
-_NAMESPACED = frozenset({"ResourceClaim", "ResourceClaimTemplate", "Pod"})
+KINDS = (
+    "DeviceClass",
+    "ResourceClaim",
+    "ResourceClaimTemplate",
+    "ResourceSlice",
+    "Node",
+    "Pod",
+    "PodSchedulingContext",
+)
+_NAMESPACED = frozenset({"ResourceClaim", "ResourceClaimTemplate", "Pod", "PodSchedulingContext"})
 
 
 def object_key(kind: str, raw: Mapping[str, Any]) -> str:
@@ -190,10 +199,15 @@ class ObjectStore:
         self.slices: dict[str, ResourceSlice] = {}
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, dict[str, Any]] = {}
+        #: Classic DRA (v1alpha3): each pod's PodSchedulingContext, by the pod's key (the context
+        #: is named after its pod), decoded and raw.
+        self.scheduling_contexts: dict[str, PodSchedulingContext] = {}
+        self.raw_scheduling_contexts: dict[str, dict[str, Any]] = {}
         #: Bumped on every change; cheap "did anything change" checks for callers' caches.
         self.revision = 0
-        #: Told ``(kind, key)`` after a Pod or ResourceClaim was added or replaced (a bind waiting
-        #: for the resourceclaim controller listens here).
+        #: Told ``(kind, key)`` after a Pod, ResourceClaim or PodSchedulingContext was added,
+        #: replaced or deleted (a bind waiting for the resourceclaim controller or for a classic
+        #: driver listens here).
         self.claim_listeners: list[Callable[[str, str], None]] = []
         self._snapshot: SliceSnapshot | None = SliceSnapshot(())
         self._pending_slices: list[tuple[ResourceSlice | None, ResourceSlice | None]] = []
@@ -255,6 +269,11 @@ class ObjectStore:
             old = self.slices.get(key)
             self.slices[key] = obj
             self._slice_changed(old, obj)
+        elif isinstance(obj, PodSchedulingContext):
+            self.scheduling_contexts[key] = obj
+            self.raw_scheduling_contexts[key] = raw
+            for listener in self.claim_listeners:
+                listener(kind, key)
         elif isinstance(obj, NodeInfo):
             old_node = self.nodes.get(key)
             self.nodes[key] = obj
@@ -306,7 +325,14 @@ class ObjectStore:
         key = f"{namespace or 'default'}/{name}" if kind in _NAMESPACED else name
         self.revision += 1
         if kind == "Pod":
-            self.pods.pop(key, None)
+            if self.pods.pop(key, None) is not None:
+                for listener in self.claim_listeners:
+                    listener(kind, key)
+        elif kind == "PodSchedulingContext":
+            self.raw_scheduling_contexts.pop(key, None)
+            if self.scheduling_contexts.pop(key, None) is not None:
+                for listener in self.claim_listeners:
+                    listener(kind, key)
         elif kind == "DeviceClass":
             if self.classes.pop(key, None) is not None:
                 self.fits.clear()
@@ -316,6 +342,8 @@ class ObjectStore:
                 self._claim_allocation(key, None)
             self.raw_claims.pop(key, None)
             self.claim_specs.pop(key, None)
+            for listener in self.claim_listeners:
+                listener(kind, key)
         elif kind == "ResourceClaimTemplate":
             self.templates.pop(key, None)
             self.raw_templates.pop(key, None)
@@ -349,6 +377,7 @@ class ObjectStore:
             "ResourceClaimTemplate": self.templates,
             "ResourceSlice": self.slices,
             "Node": self.nodes,
+            "PodSchedulingContext": self.scheduling_contexts,
         }[kind]  # type: ignore[assignment]
         return tuple(table)
 

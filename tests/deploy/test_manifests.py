@@ -39,7 +39,9 @@ from tests.server.fakes import FakeService
 K8S_VERSION = "1.36"
 NAMESPACE = "dra-extender"
 EXAMPLES = sorted(p for p in (DEPLOY / "examples").glob("*.yaml") if p.name != "demo-cluster.yaml")
-VARIANTS = {"plain": DEPLOY, "tls": DEPLOY / "tls"}
+VARIANTS = {"plain": DEPLOY, "tls": DEPLOY / "tls", "classic-dra": DEPLOY / "classic-dra"}
+#: Granted only by the classic DRA overlay (Kubernetes 1.31 clusters with classic drivers).
+CLASSIC_RESOURCES = {("resource.k8s.io", "podschedulingcontexts")}
 
 Doc = dict[str, Any]
 
@@ -91,7 +93,7 @@ def test_top_level_installs_the_base_only() -> None:
     assert _kustomization(DEPLOY)["resources"] == ["base"]
     stray = [p.name for p in DEPLOY.iterdir() if p.is_file() and p.name != "kustomization.yaml"]
     assert stray == [], "manifests belong in base/ (installed) or examples/ (not installed)"
-    assert sorted(p.name for p in DEPLOY.iterdir() if p.is_dir()) == ["base", "examples", "tls"]
+    assert sorted(p.name for p in DEPLOY.iterdir() if p.is_dir()) == ["base", "classic-dra", "examples", "tls"]
 
 
 def test_tls_overlay_lists_exactly_its_files() -> None:
@@ -353,6 +355,7 @@ def test_backend_calls_are_found() -> None:
 def test_rbac_covers_every_api_call() -> None:
     docs = render(DEPLOY)
     rules = _extender_rules(docs)
+    classic_rules: list[Doc] = find(render(DEPLOY / "classic-dra"), "ClusterRole", "dra-extender-classic-dra")["rules"]
     lease_rules: list[Doc] = find(docs, "Role", "dra-extender-leader-election", NAMESPACE)["rules"]
     leases = {("coordination.k8s.io", "leases")}
     missing = []
@@ -362,9 +365,28 @@ def test_rbac_covers_every_api_call() -> None:
             assert lease["resourceNamespace"] == NAMESPACE
             if not _allows(lease_rules, group, resource, verb, lease["resourceName"]):
                 missing.append((group, resource, verb))
+        elif (group, resource) in CLASSIC_RESOURCES:
+            if not _allows(classic_rules, group, resource, verb):
+                missing.append((group, resource, verb))
         elif not _allows(rules, group, resource, verb):
             missing.append((group, resource, verb))
     assert missing == []
+
+
+def test_classic_dra_overlay_grants_only_the_contexts() -> None:
+    """The base stays least-privilege; the overlay adds exactly what classic DRA uses."""
+    base = {(g, r) for rule in _extender_rules(render(DEPLOY)) for g in rule["apiGroups"] for r in rule["resources"]}
+    assert not base & CLASSIC_RESOURCES
+    docs = render(DEPLOY / "classic-dra")
+    granted = {
+        (g, r, v)
+        for rule in find(docs, "ClusterRole", "dra-extender-classic-dra")["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+    used = {(g, r, v) for g, r, v in backend_api_calls() if (g, r) in CLASSIC_RESOURCES}
+    assert granted == used
 
 
 def test_rbac_has_no_wildcards_and_no_extras() -> None:

@@ -17,7 +17,7 @@ from extender.backends.embedded import EmbeddedBackend
 from extender.core.allocator import allocate_claims
 from extender.core.answers import CLASSIC_NOT_SUPPORTED
 from extender.core.convert import decode_object, decode_pod_scheduling_context
-from extender.core.errors import InvalidObject, PodUnschedulable
+from extender.core.errors import InvalidObject, PodUnschedulable, Transient
 from extender.core.model import DeviceClass, NodeInfo, ResourceClaim
 from extender.state.service import SchedulingService
 from tests import manifests as m
@@ -80,14 +80,36 @@ def test_the_classic_fields_decode() -> None:
     assert decode_object(later).controller == ""  # type: ignore[union-attr]
 
 
-async def test_a_classic_claim_is_never_allocated_with_structured_devices() -> None:
-    svc = service(classic_claim("c1"), m.pod("p1", "c1"))
+class NoClassicBackend(EmbeddedBackend):
+    """A cluster where classic DRA is not driven (the kube backend on a server without it)."""
+
+    @property
+    def classic_dra(self) -> str:
+        return "classic DRA is switched off (--no-classic-dra)"
+
+
+async def test_where_classic_dra_is_not_driven_a_classic_claim_is_unschedulable() -> None:
+    backend = NoClassicBackend(copy.deepcopy(m.cluster(classic_class(), classic_claim("c1"), m.pod("p1", "c1"))))
+    svc = SchedulingService(backend=backend)
     outcome = svc.filter(m.pod("p1", "c1"), NODES)
     assert outcome.node_names == [] and outcome.error.startswith(CLASSIC_NOT_SUPPORTED)
-    assert "classic.example.com" in outcome.error
+    assert "classic.example.com" in outcome.error and "--no-classic-dra" in outcome.error
     with pytest.raises(PodUnschedulable, match="DRAControlPlaneController"):
         await svc.bind("default", "p1", "uid-p1", "node-1")
     assert not (svc.debug_claim("default", "c1") or {}).get("status")  # nothing allocated, nothing written
+    assert len(svc.ledger) == 0
+
+
+async def test_a_classic_claim_is_never_allocated_with_structured_devices() -> None:
+    """GPUs that match the class exist on both nodes; the class's suitableNodes excludes both (no
+    ``gpu`` label): the pod is refused everywhere, and bind allocates nothing itself."""
+    svc = service(classic_claim("c1"), m.pod("p1", "c1"))
+    outcome = svc.filter(m.pod("p1", "c1"), NODES)
+    assert outcome.node_names == [] and not outcome.error
+    assert outcome.unresolvable == dict.fromkeys(NODES, "excluded by device class node filter")
+    with pytest.raises(Transient, match="excluded by device class node filter"):
+        await svc.bind("default", "p1", "uid-p1", "node-1")
+    assert not (svc.debug_claim("default", "c1") or {}).get("status")
     assert len(svc.ledger) == 0
 
 

@@ -32,6 +32,7 @@ from extender.manifests import load_manifests
 from extender.state.store import KINDS, ObjectStore
 
 from .claims import claim_from_template, find_pod_claim, generate_name, pending_template_claims, random_suffix
+from .classic_driver import CAPACITY_ANNOTATION_PREFIX, ClassicDriver
 from .faults import FaultInjector
 from .objects import ObjectKey, copy_object, describe, key_of, now_timestamp
 from .validation import check_metadata, check_no_new_finalizers, check_spec_unchanged, check_status_update
@@ -50,6 +51,7 @@ log = structlog.get_logger()
 Listener = Callable[[str, dict[str, Any]], None]
 
 _CLAIMS = "resourceclaims.resource.k8s.io"
+_CONTEXTS = "podschedulingcontexts.resource.k8s.io"
 #: The metadata a PUT replaces; everything else in metadata is kept from the stored object.
 _USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences")
 
@@ -84,6 +86,8 @@ class EmbeddedBackend:
         self._rng = rng if rng is not None else random.Random()
         self._clock = clock
         self._listeners: list[Listener] = []
+        #: The simulated classic DRA driver controllers, by driver name (``classic_driver``).
+        self.classic_drivers: dict[str, ClassicDriver] = {}
         self._synced = False
         self._load(objects)
         self._synced = True
@@ -155,6 +159,114 @@ class EmbeddedBackend:
         if new == old or (not status and not old.get("status")):
             return copy_object(old)
         return copy_object(self._commit(new, "MODIFIED"))
+
+    # --- Backend protocol: classic DRA ------------------------------------------------------------
+
+    @property
+    def classic_dra(self) -> str:
+        """The embedded cluster serves PodSchedulingContexts and plays the classic drivers whose
+        capacity its nodes announce (``classic_driver.py``): classic DRA works here."""
+        return ""
+
+    async def create_scheduling_context(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """POST a PodSchedulingContext: status dropped, as the API server's strategy does."""
+        await self.faults.check("create_scheduling_context")
+        obj = _context_for_write(raw)
+        key = key_of(obj)
+        if self._stored(key) is not None:
+            raise WriteConflict(f'{_CONTEXTS} "{key[2]}" already exists')
+        obj.pop("status", None)
+        for field in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp"):
+            obj["metadata"].pop(field, None)
+        return copy_object(self._create(obj))
+
+    async def update_scheduling_context(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """PUT a PodSchedulingContext: metadata the user may set and spec from ``raw``, status kept;
+        without a resourceVersion the update is unconditional (the strategy allows it)."""
+        await self.faults.check("update_scheduling_context")
+        obj = _context_for_write(raw)
+        old = self._context_for_update(obj)
+        new = copy_object(old)
+        for field in _USER_METADATA:
+            if obj["metadata"].get(field):
+                new["metadata"][field] = copy_object(obj["metadata"][field])
+            else:
+                new["metadata"].pop(field, None)
+        new["spec"] = copy_object(obj.get("spec") or {})
+        if new == old:
+            return copy_object(old)
+        return copy_object(self._commit(new, "MODIFIED"))
+
+    async def update_scheduling_context_status(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """PUT a PodSchedulingContext's status (what drivers write); spec and metadata kept."""
+        await self.faults.check("update_scheduling_context_status")
+        obj = _context_for_write(raw)
+        old = self._context_for_update(obj)
+        new = copy_object(old)
+        new["status"] = copy_object(obj.get("status") or {})
+        if new == old:
+            return copy_object(old)
+        return copy_object(self._commit(new, "MODIFIED"))
+
+    async def apply_scheduling_context(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply (forced) of a PodSchedulingContext: created if absent; else the spec
+        fields ``raw`` names replace the stored ones (lists whole)."""
+        await self.faults.check("apply_scheduling_context")
+        obj = _context_for_write(raw)
+        old = self._stored(key_of(obj))
+        if old is None:
+            obj.pop("status", None)
+            for field in ("resourceVersion", "uid", "creationTimestamp"):
+                obj["metadata"].pop(field, None)
+            return copy_object(self._create(obj))
+        new = copy_object(old)
+        new.setdefault("spec", {}).update(copy_object(obj.get("spec") or {}))
+        if new == old:
+            return copy_object(old)
+        return copy_object(self._commit(new, "MODIFIED"))
+
+    async def delete_scheduling_context(self, namespace: str, name: str) -> None:
+        await self.faults.check("delete_scheduling_context")
+        if self._stored(("PodSchedulingContext", namespace or "default", name)) is None:
+            raise ObjectNotFound(f'{_CONTEXTS} "{name}" not found')
+        self.delete("PodSchedulingContext", namespace, name)
+
+    def _context_for_update(self, obj: dict[str, Any]) -> dict[str, Any]:
+        key = key_of(obj)
+        old = self._stored(key)
+        if old is None:
+            raise ObjectNotFound(f'{_CONTEXTS} "{key[2]}" not found')
+        meta = obj["metadata"]
+        if meta.get("resourceVersion") and meta["resourceVersion"] != old["metadata"]["resourceVersion"]:
+            raise WriteConflict(_modified(key))
+        if meta.get("uid") and meta["uid"] != old["metadata"].get("uid"):
+            raise WriteConflict(
+                f'Operation cannot be fulfilled on {_CONTEXTS} "{key[2]}": Precondition failed: '
+                f"UID in precondition: {meta['uid']}, UID in object meta: {old['metadata'].get('uid')}"
+            )
+        return old
+
+    def classic_driver(self, name: str) -> ClassicDriver:
+        """The simulated controller of driver ``name`` (made on first use; nodes announce its
+        capacity with the annotation ``classic.dra-extender.io/<name>``)."""
+        driver = self.classic_drivers.get(name)
+        if driver is None:
+            driver = ClassicDriver(_DriverView(self), name)
+            self.classic_drivers[name] = driver
+            driver.start()
+        return driver
+
+    def _notify_drivers(self, obj: dict[str, Any]) -> None:
+        kind = obj.get("kind")
+        meta = obj.get("metadata") or {}
+        if kind == "Node":
+            for annotation in meta.get("annotations") or ():
+                if annotation.startswith(CAPACITY_ANNOTATION_PREFIX):
+                    self.classic_driver(annotation[len(CAPACITY_ANNOTATION_PREFIX) :])
+        if kind not in ("PodSchedulingContext", "ResourceClaim", "Pod"):
+            return
+        for driver in self.classic_drivers.values():
+            driver.notify(str(kind), meta.get("namespace"), str(meta.get("name")))
 
     async def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Create the pod's binding: set ``spec.nodeName`` and the PodScheduled condition."""
@@ -374,8 +486,23 @@ class EmbeddedBackend:
         return None if value is None else _thaw(value)
 
     def _notify(self, event: str, obj: dict[str, Any]) -> None:
+        self._notify_drivers(obj)
+        if event == "DELETED" and obj.get("kind") == "Pod":
+            self._collect_contexts(obj)
         for listener in self._listeners:
             listener(event, copy_object(obj))
+
+    def _collect_contexts(self, pod: dict[str, Any]) -> None:
+        """The garbage collector's part for a deleted pod: the PodSchedulingContext it controls goes
+        with it (the embedded cluster runs no other owner-reference collection)."""
+        meta = pod.get("metadata") or {}
+        key: ObjectKey = ("PodSchedulingContext", meta.get("namespace") or "default", str(meta.get("name")))
+        context = self._stored(key)
+        if context is not None and any(
+            ref.get("controller") and ref.get("uid") == meta.get("uid")
+            for ref in context["metadata"].get("ownerReferences") or ()
+        ):
+            self.delete(*key)
 
     def _claim_for_write(self, raw: dict[str, Any]) -> dict[str, Any]:
         """The stored claim an update names, after the API server's preconditions."""
@@ -450,8 +577,43 @@ class EmbeddedBackend:
                 return name
 
 
+def _context_for_write(raw: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a PodSchedulingContext a write carries, checked for kind and name."""
+    if not isinstance(raw, dict) or not isinstance(raw.get("metadata"), dict):
+        raise InvalidObject("must be an object with metadata", obj="PodSchedulingContext")
+    if raw.get("kind") not in (None, "PodSchedulingContext"):
+        raise InvalidObject(f"expected kind PodSchedulingContext, got {raw.get('kind')!r}", obj=describe(raw))
+    obj = copy_object(raw)
+    obj["kind"] = "PodSchedulingContext"
+    obj.setdefault("apiVersion", "resource.k8s.io/v1alpha3")
+    return obj
+
+
+class _DriverView:
+    """The embedded cluster as a simulated driver sees it (``DriverCluster``): reads in place."""
+
+    def __init__(self, backend: EmbeddedBackend) -> None:
+        self.backend = backend
+
+    def read(self, kind: str, namespace: str | None, name: str) -> Mapping[str, Any] | None:
+        key = key_of({"kind": kind, "metadata": {"name": name, "namespace": namespace or ""}})
+        return self.backend._stored(key)
+
+    def objects(self, kind: str) -> Iterable[Mapping[str, Any]]:
+        return [_thaw(obj) for obj in self.backend._by_kind.get(kind, {}).values()]
+
+    async def update_claim(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return await self.backend.update_claim(raw)
+
+    async def update_claim_status(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return await self.backend.update_claim_status(raw)
+
+    async def update_context_status(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return await self.backend.update_scheduling_context_status(raw)
+
+
 def _modified(key: ObjectKey) -> str:
-    resource = _CLAIMS if key[0] == "ResourceClaim" else f"{key[0].lower()}s"
+    resource = {"ResourceClaim": _CLAIMS, "PodSchedulingContext": _CONTEXTS}.get(key[0], f"{key[0].lower()}s")
     return (
         f'Operation cannot be fulfilled on {resource} "{key[2]}": the object has been modified; '
         "please apply your changes to the latest version and try again"

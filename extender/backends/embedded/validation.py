@@ -110,7 +110,7 @@ def check_status_update(old: dict[str, Any], status: Any, obj: str) -> None:
             raise InvalidObject(
                 "Forbidden: may not be specified when `allocated` is not set", path="status.reservedFor", obj=obj
             )
-        if (old.get("metadata") or {}).get("deletionTimestamp"):
+        if (old.get("metadata") or {}).get("deletionTimestamp") or status.get("deallocationRequested"):
             before = {_consumer_key(e) for e in old_status.get("reservedFor") or () if isinstance(e, dict)}
             if any(_consumer_key(e) not in before for e in reserved):
                 raise InvalidObject(
@@ -119,8 +119,26 @@ def check_status_update(old: dict[str, Any], status: Any, obj: str) -> None:
                     path="status.reservedFor",
                     obj=obj,
                 )
+    _check_deallocation_request(old_status, status, obj)
     if old_allocation is not None and allocation is not None and not _same_allocation(old_allocation, allocation):
         raise InvalidObject('Invalid value: "object": field is immutable', path="status.allocation", obj=obj)
+
+
+def _check_deallocation_request(old_status: dict[str, Any], status: dict[str, Any], obj: str) -> None:
+    """v1alpha3 (classic DRA): ``deallocationRequested`` asks the driver to deallocate; it needs an
+    allocation, no consumers in the same status, and goes only together with the allocation."""
+    path = "status.deallocationRequested"
+    if status.get("deallocationRequested"):
+        if status.get("reservedFor"):
+            raise InvalidObject(
+                "Forbidden: deallocation cannot be requested while `reservedFor` is set", path=path, obj=obj
+            )
+        if status.get("allocation") is None:
+            raise InvalidObject(
+                "Required value: `allocation` must be set when `deallocationRequested` is set", path=path, obj=obj
+            )
+    elif old_status.get("deallocationRequested") and status.get("allocation") is not None:
+        raise InvalidObject("Forbidden: may not be cleared when `allocation` is set", path=path, obj=obj)
 
 
 def _consumer_key(entry: dict[str, Any]) -> tuple[str, str, str, str]:

@@ -37,8 +37,8 @@ from extender.state.store import ObjectStore
 
 from .client import ClientSettings, KubeClient
 from .config import ClusterConfig, load_cluster_config
-from .discovery import GROUP, discover
-from .errors import KubeStartupError
+from .discovery import CLASSIC_VERSION, GROUP, discover, discover_classic
+from .errors import AccessDenied, KubeStartupError
 from .events import EventRecorder, EventSettings
 from .feeder import StoreFeeder
 from .leader import LeaseSettings, LeaseWatcher
@@ -74,6 +74,9 @@ class KubeSettings:
     """``gc.freeze()`` after the first full sync (tests switch it off)."""
     check_access: bool = True
     """At start, list each kind once (limit=1) so missing RBAC fails start with verb+resource."""
+    classic: bool = True
+    """Drive classic DRA (PodSchedulingContexts) when the server serves it (1.31 with the
+    DRAControlPlaneController gate); False: never watch or write them."""
     component: str = "dra-extender"
 
 
@@ -96,6 +99,8 @@ class KubeBackend:
             self.rejected = RejectedPods(ttl_seconds=settings.requeue.ttl_seconds, max_pods=settings.requeue.max_pods)
         self.client: KubeClient | None = None
         self.api_version = ""  # "resource.k8s.io/v1" once discovered
+        #: Why classic DRA is not driven ("" when it is): see ``classic_dra``.
+        self._classic_problem = "the Kubernetes backend is not started"
         self.reflectors: dict[str, Reflector] = {}
         self.leader: LeaseWatcher | None = None
         self.requeuer: Requeuer | None = None
@@ -212,10 +217,39 @@ class KubeBackend:
         self.client = KubeClient(config, settings=self.settings.client)
         version = self.settings.api_version or await discover(self.client)
         self.api_version = f"{GROUP}/{version}"
+        await self._discover_classic(version)
         if self.settings.check_access:
             for resource in self._resources():
                 params = {"limit": "1"}
                 await self.client.request("GET", resource.path, params=params, verb="list", resource=resource.name)
+
+    async def _discover_classic(self, version: str) -> None:
+        """Whether to watch PodSchedulingContexts: served (1.31, gate on) and readable. A server
+        that serves them to a service account without the classic RBAC (deploy/overlays/classic-dra)
+        is logged, and pods with classic claims are told why they cannot be scheduled; nothing else
+        changes."""
+        assert self.client is not None
+        if not self.settings.classic:
+            self._classic_problem = "classic DRA is switched off (--no-classic-dra)"
+            return
+        self._classic_problem = await discover_classic(self.client, version)
+        if self._classic_problem:
+            log.info("kube.classic_dra_not_served", reason=self._classic_problem)
+            return
+        resource = self._context_resource()
+        try:
+            await self.client.request("GET", resource.path, params={"limit": "1"}, verb="list", resource=resource.name)
+        except AccessDenied as exc:
+            self._classic_problem = (
+                f"{exc.reason} (the API server serves classic DRA; grant the extender "
+                "deploy/overlays/classic-dra's permissions to drive it)"
+            )
+            log.warning("kube.classic_dra_forbidden", reason=self._classic_problem)
+            return
+        log.info("kube.classic_dra", api=self.api_version)
+
+    def _context_resource(self) -> Resource:
+        return Resource("PodSchedulingContext", f"{GROUP}/{CLASSIC_VERSION}", "podschedulingcontexts")
 
     def _resources(self) -> list[Resource]:
         return [
@@ -226,6 +260,7 @@ class KubeBackend:
             Resource("ResourceClaimTemplate", self.api_version, "resourceclaimtemplates"),
             Resource("Node", "v1", "nodes"),
             Resource("Pod", "v1", "pods", field_selector=self.settings.pod_field_selector),
+            *([self._context_resource()] if self._classic_problem == "" else []),
         ]
 
     async def _close_client(self) -> None:
@@ -286,6 +321,10 @@ class KubeBackend:
             self._frozen = True
             self._resume_gc()
         log.info("kube.synced", slices=len(self.store.slices), devices=self.store.device_count())
+        if self._classic_problem:
+            classic = sum(1 for claim in self.store.claims.values() if claim.controller and claim.allocation is None)
+            if classic:
+                log.warning("kube.classic_claims_unschedulable", claims=classic, reason=self._classic_problem)
         if self._synced_event is not None:
             self._synced_event.set()
 
@@ -373,6 +412,68 @@ class KubeBackend:
             if not isinstance(exc, NotLeader):  # a replica that may not write records no Event either
                 self.pod_event(namespace, name, uid, kind="Warning", reason="FailedBinding", message=exc.reason)
             raise
+
+    # --- classic DRA ----------------------------------------------------------------------------
+
+    @property
+    def classic_dra(self) -> str:
+        return self._classic_problem
+
+    def _context_path(self, namespace: str, name: str = "") -> str:
+        path = f"/apis/{GROUP}/{CLASSIC_VERSION}/namespaces/{namespace or 'default'}/podschedulingcontexts"
+        return f"{path}/{name}" if name else path
+
+    async def _context_write(
+        self,
+        method: str,
+        raw: dict[str, Any],
+        *,
+        verb: str,
+        resource: str,
+        named: bool = True,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
+        meta = raw.get("metadata") or {}
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+        body = {**raw, "apiVersion": f"{GROUP}/{CLASSIC_VERSION}", "kind": "PodSchedulingContext"}
+        await self.ensure_leader()
+        stored = await self._api().request(
+            method,
+            self._context_path(namespace, name if named else ""),
+            body=body,
+            params=params,
+            content_type=content_type,
+            verb=verb,
+            resource=resource,
+        )
+        stored.setdefault("kind", "PodSchedulingContext")
+        self.feeder.written(orjson.loads(orjson.dumps(stored)))
+        return stored
+
+    async def create_scheduling_context(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return await self._context_write(
+            "POST", raw, verb="create", resource=f"podschedulingcontexts.{GROUP}", named=False
+        )
+
+    async def update_scheduling_context(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return await self._context_write("PUT", raw, verb="update", resource=f"podschedulingcontexts.{GROUP}")
+
+    async def apply_scheduling_context(self, raw: dict[str, Any]) -> dict[str, Any]:
+        return await self._context_write(
+            "PATCH",
+            raw,
+            verb="patch",
+            resource=f"podschedulingcontexts.{GROUP}",
+            params={"fieldManager": self.settings.component, "force": "true"},
+            content_type="application/apply-patch+yaml",
+        )
+
+    async def delete_scheduling_context(self, namespace: str, name: str) -> None:
+        await self.ensure_leader()
+        await self._api().request(
+            "DELETE", self._context_path(namespace, name), verb="delete", resource=f"podschedulingcontexts.{GROUP}"
+        )
 
     def observe_nodes(self, raw_nodes: Sequence[Mapping[str, Any]]) -> None:
         """Nodes the node watch has not shown yet get the request's labels until it does (the

@@ -17,12 +17,50 @@ from extender.core.errors import ApiUnavailable, ObjectNotFound
 from .client import KubeClient
 from .errors import ApiNotServed, ServerUnreachable
 
-__all__ = ["GROUP", "PREFERRED_VERSIONS", "REQUIRED_RESOURCES", "discover", "missing_resources", "pick_version"]
+__all__ = [
+    "CLASSIC_RESOURCES",
+    "CLASSIC_VERSION",
+    "GROUP",
+    "PREFERRED_VERSIONS",
+    "REQUIRED_RESOURCES",
+    "classic_problem",
+    "discover",
+    "discover_classic",
+    "missing_resources",
+    "pick_version",
+]
 
 GROUP = "resource.k8s.io"
 PREFERRED_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
 #: What the backend lists, watches and writes in the group.
 REQUIRED_RESOURCES = ("resourceslices", "resourceclaims", "resourceclaims/status", "deviceclasses")
+#: Classic DRA (Kubernetes 1.26-1.31): served in v1alpha3 only, and in 1.31 only with the
+#: DRAControlPlaneController feature gate on.
+CLASSIC_VERSION = "v1alpha3"
+CLASSIC_RESOURCES = ("podschedulingcontexts", "podschedulingcontexts/status")
+_GATE = "Kubernetes 1.31 with the DRAControlPlaneController feature gate on the API server, controller-manager"
+
+
+def classic_problem(version: str, resource_list: Mapping[str, Any] | None) -> str:
+    """Why classic DRA cannot be driven with the chosen version and its resource list ("" if it
+    can): pure, for canned discovery documents."""
+    if version != CLASSIC_VERSION:
+        return (
+            f"the API server is used through {GROUP}/{version}; classic DRA exists in {GROUP}/{CLASSIC_VERSION} "
+            f"only ({_GATE})"
+        )
+    missing = missing_resources(resource_list or {}, CLASSIC_RESOURCES)
+    if missing:
+        return f"{GROUP}/{CLASSIC_VERSION} does not serve {', '.join(missing)} (it needs {_GATE})"
+    return ""
+
+
+async def discover_classic(client: KubeClient, version: str) -> str:
+    """``classic_problem`` for the server: one discovery GET when ``version`` is v1alpha3."""
+    if version != CLASSIC_VERSION:
+        return classic_problem(version, None)
+    path = f"/apis/{GROUP}/{version}"
+    return classic_problem(version, await client.request("GET", path, verb="get", resource=path))
 
 
 def pick_version(group: Mapping[str, Any]) -> str:

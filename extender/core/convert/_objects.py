@@ -9,6 +9,7 @@ from extender.core.model import (
     DeviceClass,
     NodeInfo,
     NodeSelector,
+    PodSchedulingContext,
     ResourceClaim,
     ResourceClaimTemplate,
     ResourceSlice,
@@ -16,17 +17,19 @@ from extender.core.model import (
 
 from ._base import GROUP, node_selector, object_dict, object_name, reported_as, string_map
 from ._claims import decode_device_class, decode_resource_claim, decode_resource_claim_template
+from ._scheduling import decode_pod_scheduling_context
 from ._slices import decode_resource_slice
 
 __all__ = ["DecodedObject", "decode_node", "decode_node_selector", "decode_object"]
 
-DecodedObject = DeviceClass | ResourceClaim | ResourceClaimTemplate | ResourceSlice | NodeInfo
+DecodedObject = DeviceClass | ResourceClaim | ResourceClaimTemplate | ResourceSlice | NodeInfo | PodSchedulingContext
 
 _DRA_DECODERS: dict[str, Callable[[object], DecodedObject]] = {
     "DeviceClass": decode_device_class,
     "ResourceClaim": decode_resource_claim,
     "ResourceClaimTemplate": decode_resource_claim_template,
     "ResourceSlice": decode_resource_slice,
+    "PodSchedulingContext": decode_pod_scheduling_context,
 }
 
 
