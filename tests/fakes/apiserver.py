@@ -15,17 +15,28 @@ What it emulates (each piece documented where it lives):
 - collections of resource.k8s.io (deviceclasses, resourceclaims, resourceclaimtemplates,
   resourceslices), core v1 (pods with ``status`` and ``binding``, nodes, namespaces, events),
   events.k8s.io/v1 events, coordination.k8s.io/v1 leases, and SelfSubjectAccessReview;
+- classic DRA of Kubernetes 1.31 (``classic=True``, the DRAControlPlaneController gate, with
+  v1alpha3 served): ``podschedulingcontexts`` (+``status``) in resource.k8s.io/v1alpha3, the
+  gated claim and class fields kept, 1.31's v1alpha3 validation; with the gate off the collection
+  is absent (discovery, 404) and v1alpha3 writes lose the gated fields (``classic.py``,
+  ``validation.py``);
 - resourceVersions from one global counter, LIST paging with consistent ``continue`` tokens,
   WATCH replay, bookmarks and 410 after compaction (``storage.py``, ``registry.py``,
   ``watches.py``);
 - write semantics: 409 on stale updates, status subresource, finalizers, binding, claim status
-  validation (``registry.py``, ``validation.py``), PATCH (``patches.py``);
+  validation (``registry.py``, ``validation.py``), PATCH (``patches.py``), server-side apply of
+  PodSchedulingContexts only, simplified: per-manager ownership of top-level spec fields,
+  conflicts, ``force`` (``apply.py``);
+- garbage collection of a deleted pod's PodSchedulingContexts and ResourceClaims (controller
+  owner references), synchronous with the pod's removal (``registry.py``);
 - bearer-token auth (401), RBAC-like denials (403 naming verb and resource);
 - scripted faults (``faults.py``): fail N requests, delay, hang, drop watches; ``restart()``.
 
 Every request is recorded in ``fake.requests`` (method, path, query, body, status).
-Deliberate simplifications: no defaulting, no managedFields, no server-side apply, no
-deleteCollection, no graceful pod deletion (pods go at once unless they have finalizers).
+Deliberate simplifications: no defaulting, no managedFields (apply's ownership is a side table),
+no server-side apply for other kinds (415), no deleteCollection, no graceful pod deletion (pods go
+at once unless they have finalizers), no conversion between resource.k8s.io versions of
+different shapes.
 """
 
 from __future__ import annotations
@@ -42,16 +53,19 @@ import orjson
 from aiohttp import web
 
 from . import status as st
+from .apply import APPLY_PATCH, default_manager, missing_field_manager, parse_apply_body
 from .faults import FaultRule, Faults
 from .registry import ListOptions, Registry, now_timestamp, resource_for_kind, watch_event
 from .resources import (
     ALL_RESOURCE_VERSIONS,
+    CLASSIC_GATE,
     ResourceType,
     api_group,
     api_group_list,
     api_resource_list,
     api_versions,
     find_resource,
+    is_enabled,
     is_served,
     version_info,
 )
@@ -115,7 +129,14 @@ class FakeApiServer:
     ``bookmark_interval``: seconds between BOOKMARK events on watches that allow them (None: only
     when ``send_bookmarks()`` is called). ``watch_timeout``: server-side cap on a watch (like
     ``--min-request-timeout``). ``retain_changes``: compact the change log beyond this many entries.
-    ``unconditional_updates``: accept updates without metadata.resourceVersion (strict: 422).
+    ``unconditional_updates``: accept updates without metadata.resourceVersion (strict: 422;
+    PodSchedulingContexts always accept them, as their strategy does).
+    ``classic``: the DRAControlPlaneController gate (Kubernetes 1.31 classic DRA), meaningful when
+    v1alpha3 is among ``resource_versions``: on, resource.k8s.io/v1alpha3 serves
+    ``podschedulingcontexts`` and keeps ``ResourceClaim.spec.controller``,
+    ``status.allocation.controller``, ``status.deallocationRequested`` and
+    ``DeviceClass.spec.suitableNodes``; off (default), the collection is absent (404, not in
+    discovery) and v1alpha3 writes silently lose those fields.
     """
 
     resource_versions: Sequence[str] = ("v1", "v1beta2", "v1beta1")
@@ -128,6 +149,7 @@ class FakeApiServer:
     namespaces: Sequence[str] = ("default", "kube-system", "kube-public", "kube-node-lease")
     unconditional_updates: bool = False
     minor_version: int = 34
+    classic: bool = False
     clock: Callable[[], str] = now_timestamp
     rng: random.Random = field(default_factory=random.Random)
     url: str = ""
@@ -138,8 +160,14 @@ class FakeApiServer:
             raise ValueError(f"unknown resource.k8s.io versions: {sorted(unknown)}")
         self.storage = Storage(first_resource_version=self.first_resource_version, retain_changes=self.retain_changes)
         self.registry = Registry(
-            self.storage, clock=self.clock, rng=self.rng, unconditional_updates=self.unconditional_updates
+            self.storage,
+            clock=self.clock,
+            rng=self.rng,
+            unconditional_updates=self.unconditional_updates,
+            classic=self.classic,
         )
+        #: Feature gates on, for the types behind one (``resources.py``).
+        self.gates: frozenset[str] = frozenset({CLASSIC_GATE} if self.classic else ())
         self.faults = Faults()
         #: Every request received, oldest first.
         self.requests: list[RequestRecord] = []
@@ -214,6 +242,22 @@ class FakeApiServer:
         rt = resource_for_kind(kind, group)
         current = self.storage.current((rt.group, rt.plural))
         return [_copy(current[key]) for key in sorted(current) if namespace is None or key[0] == namespace]
+
+    def contexts(self, namespace: str | None = None) -> list[dict[str, Any]]:
+        """Copies of the stored PodSchedulingContexts (optionally of one namespace), in LIST order."""
+        return self.objects("PodSchedulingContext", namespace)
+
+    def field_managers(self, kind: str, namespace: str | None, name: str) -> dict[str, list[str]]:
+        """Who owns which top-level spec fields of an object of a type with server-side apply:
+        {manager: sorted field names}, Update managers as ``"name (Update)"`` (``apply.py``)."""
+        obj = self.get_object(kind, namespace, name)
+        return {} if obj is None else self.registry.owners.owned(str(obj["metadata"].get("uid")))
+
+    def collect_garbage(self) -> int:
+        """Delete the PodSchedulingContexts and ResourceClaims whose controlling Pod is gone
+        (pod deletions do this at once; this catches dependents written with ``put_object``).
+        Returns how many were deleted or marked for deletion."""
+        return self.registry.collect_garbage()
 
     @property
     def resource_version(self) -> int:
@@ -396,7 +440,7 @@ class FakeApiServer:
             return _json(discovery)
         if target is None:
             raise st.path_not_found()
-        if isinstance(record.body, str):
+        if isinstance(record.body, str) and not _is_apply(request):
             raise st.bad_request(f"couldn't get version/kind; json parse error: {record.body[:80]!r} is not JSON")
         return await self._resource(request, record, target)
 
@@ -428,7 +472,7 @@ class FakeApiServer:
         if parts == ["api"]:
             return api_versions()
         if parts == ["api", "v1"]:
-            return api_resource_list("", "v1")
+            return api_resource_list("", "v1", self.gates)
         if parts == ["apis"]:
             return api_group_list(self.resource_versions)
         if len(parts) == 2 and parts[0] == "apis":
@@ -439,7 +483,7 @@ class FakeApiServer:
         if len(parts) == 3 and parts[0] == "apis":
             if not is_served(parts[1], parts[2], self.resource_versions):
                 raise st.path_not_found()
-            return api_resource_list(parts[1], parts[2])
+            return api_resource_list(parts[1], parts[2], self.gates)
         return None
 
     def _parse_target(self, path: str) -> Target | None:
@@ -462,7 +506,7 @@ class FakeApiServer:
             if inner is not None and inner.namespaced:
                 namespace, rest = rest[1], rest[2:]
         rt = find_resource(group, rest[0])
-        if rt is None or version not in rt.versions or len(rest) > 3:
+        if rt is None or version not in rt.versions or not is_enabled(rt, self.gates) or len(rest) > 3:
             raise st.path_not_found()
         name = rest[1] if len(rest) > 1 else ""
         sub = rest[2] if len(rest) > 2 else ""
@@ -490,6 +534,7 @@ class FakeApiServer:
         if rt.kind == "SelfSubjectAccessReview":
             return _json(self._access_review(body), status=201)
         registry, ns, name = self.registry, target.namespace, target.name
+        manager = record.query.get("fieldManager") or default_manager(record.user_agent)
         if verb == "watch":
             return await self._watch(request, record, target)
         if verb == "list":
@@ -499,17 +544,50 @@ class FakeApiServer:
         if verb == "create" and target.subresource == "binding":
             return _json(registry.bind(ns, name, body), status=201)
         if verb == "create":
-            return _json(registry.serve(rt, target.version, registry.create(rt, target.version, ns, body)), status=201)
+            created = registry.create(rt, target.version, ns, body, manager=manager)
+            return _json(registry.serve(rt, target.version, created), status=201)
         if verb == "update":
-            stored = registry.update(rt, target.version, ns, name, body, subresource=target.subresource)
+            stored = registry.update(
+                rt, target.version, ns, name, body, subresource=target.subresource, manager=manager
+            )
             return _json(registry.serve(rt, target.version, stored))
+        if verb == "patch" and _is_apply(request) and rt.apply and not target.subresource:
+            return self._apply(record, target, await request.read())  # read() is cached
         if verb == "patch":
+            if "force" in record.query and not _is_apply(request):
+                raise st.invalid(
+                    "PatchOptions",
+                    "meta.k8s.io",
+                    "",
+                    [
+                        st.FieldError(
+                            "force", "FieldValueForbidden", "Forbidden: may not be specified for non-apply patch"
+                        )
+                    ],
+                )
             content_type = request.headers.get("Content-Type", "")
-            stored = registry.patch(rt, target.version, ns, name, content_type, body, subresource=target.subresource)
+            stored = registry.patch(
+                rt, target.version, ns, name, content_type, body, subresource=target.subresource, manager=manager
+            )
             return _json(registry.serve(rt, target.version, stored))
         if verb == "delete":
             return _json(registry.serve(rt, target.version, registry.delete(rt, ns, name, body)))
         raise st.method_not_allowed(verb, rt.plural)
+
+    def _apply(self, record: RequestRecord, target: Target, raw: bytes) -> web.Response:
+        """``PATCH`` with ``application/apply-patch+yaml`` (``apply.py``): 201 when it created
+        the object. The request log keeps the decoded configuration."""
+        manager = record.query.get("fieldManager", "")
+        if not manager:
+            raise missing_field_manager()
+        force = _bool(record.query, "force")
+        body = parse_apply_body(raw)
+        record.body = body
+        rt, version = target.rt, target.version
+        stored, created = self.registry.apply(
+            rt, version, target.namespace, target.name, body, manager=manager, force=force
+        )
+        return _json(self.registry.serve(rt, version, stored), status=201 if created else 200)
 
     def _access_review(self, body: Any) -> dict[str, Any]:
         """SelfSubjectAccessReview: allowed unless a ``deny`` rule matches."""
@@ -623,6 +701,11 @@ def _copy(obj: dict[str, Any]) -> dict[str, Any]:
 
 def _json(body: dict[str, Any], *, status: int = 200) -> web.Response:
     return web.Response(status=status, body=orjson.dumps(body), content_type="application/json")
+
+
+def _is_apply(request: web.Request) -> bool:
+    media = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    return request.method == "PATCH" and media == APPLY_PATCH
 
 
 def _verb(method: str, target: Target, is_watch: bool) -> str:

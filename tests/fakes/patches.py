@@ -5,7 +5,8 @@ Strategic merge patch is applied as a JSON merge patch: the same for maps and sc
 annotations, spec fields, which is what dra-extender patches). Lists would be merged by their
 patch merge keys on a real cluster; the fake replaces them whole and refuses the ``$patch`` /
 ``$retainKeys`` / ``$setElementOrder`` / ``$deleteFromPrimitiveList`` directives outright (400)
-rather than silently doing something else. Server-side apply is not emulated (415).
+rather than silently doing something else. Server-side apply is emulated only for
+PodSchedulingContexts (``apply.py``, before this module is reached); anywhere else it is 415.
 """
 
 from __future__ import annotations

@@ -7,6 +7,20 @@ it is missing), ``status`` taken only through the status subresource, finalizers
 deletion, the ``pods/binding`` subresource, LIST paging with consistent ``continue`` tokens and
 the initial part of WATCH. Errors are ``ApiError`` carrying the real Status body.
 
+Per-type strategy parts live with their rules: validation in ``validation.py``, the fields the
+DRAControlPlaneController gate drops in v1alpha3 writes in ``classic.py``, server-side apply and
+field ownership in ``apply.py``. PodSchedulingContext (STR131): create clears the status, a
+main-resource write keeps the stored status, a ``/status`` write keeps spec and metadata, and
+updates without a resourceVersion are allowed.
+
+Garbage collection, simplified: when a Pod is removed for good (deleted without finalizers, or its
+last finalizer removed), the PodSchedulingContexts and ResourceClaims of its namespace whose
+``ownerReferences`` name the pod's uid with ``controller: true`` are deleted at once, in the same
+step (kube-controller-manager's garbage collector does this asynchronously, in background
+propagation); those with finalizers get ``deletionTimestamp`` as any delete. ``collect_garbage``
+does the same for dependents whose controlling pod is already gone. Other owners, kinds and
+``blockOwnerDeletion`` are not emulated.
+
 Versions: each object is stored as written, with the ``apiVersion`` of the URL that wrote it. It
 is served under another version only when the JSON shapes are identical (resource.k8s.io v1 and
 v1beta2: only ``apiVersion`` is rewritten); any other cross-version read is a loud 500 from the
@@ -28,10 +42,23 @@ from typing import Any
 import orjson
 
 from . import status as st
+from .apply import APPLY, FieldOwners, Manager, plan_apply, spec_of, updated_owners
+from .classic import drop_disabled_fields
 from .resources import CATALOG, RESOURCE_GROUP, ResourceType, shape_family
 from .selectors import Selector, match_all
+from .status import FieldError
 from .storage import Change, Key, Storage
-from .validation import check_claim_status, check_immutable_spec, check_metadata, check_name, check_no_new_finalizers
+from .validation import (
+    CLASSIC_VERSION,
+    check_claim_spec,
+    check_claim_status,
+    check_immutable_spec,
+    check_metadata,
+    check_name,
+    check_no_new_finalizers,
+    check_pod_scheduling_spec,
+    check_pod_scheduling_status,
+)
 
 __all__ = ["ListOptions", "Registry", "now_timestamp", "resource_for_kind"]
 
@@ -39,6 +66,10 @@ __all__ = ["ListOptions", "Registry", "now_timestamp", "resource_for_kind"]
 USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences", "generateName")
 #: Metadata the server sets and keeps across updates.
 SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds")
+#: The kinds the fake's garbage collector deletes with their controlling pod.
+_DEPENDENT_TYPES = tuple(
+    rt for rt in CATALOG if rt.group == RESOURCE_GROUP and rt.kind in ("PodSchedulingContext", "ResourceClaim")
+)
 _NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 _CONTINUE_TOO_OLD = (
     "The provided continue parameter is too old to display a consistent list result. You can start a new "
@@ -98,14 +129,20 @@ class Registry:
         clock: Callable[[], str] = now_timestamp,
         rng: random.Random | None = None,
         unconditional_updates: bool = False,
+        classic: bool = False,
     ) -> None:
         self.storage = storage
         self.clock = clock
         self.rng = rng or random.Random()
         #: When False (strict default), an update without metadata.resourceVersion is 422 Invalid,
         #: as for kinds whose strategy forbids unconditional updates. The real strategies of the
-        #: kinds served here mostly allow them; a correct client always sends one anyway.
+        #: kinds served here mostly allow them; a correct client always sends one anyway. Types
+        #: whose ``unconditional_update`` is set (PodSchedulingContext) always allow them.
         self.unconditional_updates = unconditional_updates
+        #: The DRAControlPlaneController gate: when False, v1alpha3 writes lose the gated fields.
+        self.classic = classic
+        #: Spec field ownership of the types with server-side apply (``apply.py``).
+        self.owners = FieldOwners()
 
     # --- versions -------------------------------------------------------------------------------
 
@@ -238,17 +275,28 @@ class Registry:
 
     # --- writes ---------------------------------------------------------------------------------
 
-    def create(self, rt: ResourceType, version: str, namespace: str, body: Any) -> dict[str, Any]:
+    def create(
+        self,
+        rt: ResourceType,
+        version: str,
+        namespace: str,
+        body: Any,
+        *,
+        manager: str | None = None,
+        operation: str = "Update",
+    ) -> dict[str, Any]:
         """POST: a new object with server-set metadata; status reset where a status subresource
-        exists (as the strategies' PrepareForCreate)."""
+        exists (as the strategies' PrepareForCreate). ``manager`` (with ``operation``) owns the
+        spec fields afterwards, for the types with server-side apply."""
         obj = self._check_body(rt, version, namespace, body)
+        self._drop_disabled(rt, version, obj, None)
         meta = _meta(obj)
         if meta.get("resourceVersion"):
             raise st.internal_error("resourceVersion should not be set on objects to be created")
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = str(meta["generateName"]) + "".join(self.rng.choice(_NAME_ALPHABET) for _ in range(5))
         name = meta.get("name")
-        errors = check_name(name) + check_metadata(meta)
+        errors = check_name(name) + check_metadata(meta) + _object_errors(rt, version, obj)
         if errors:
             raise st.invalid(rt.kind, rt.group, str(name or ""), errors)
         if rt.namespaced and self.storage.get(("", "namespaces"), ("", namespace)) is None:
@@ -264,13 +312,26 @@ class Registry:
             meta["generation"] = 1
         obj["metadata"] = _prune_metadata(meta)
         _reset_status_on_create(rt, obj)
-        return self.storage.commit(collection, key, obj)
+        created = self.storage.commit(collection, key, obj)
+        if rt.apply and manager is not None:
+            fields = frozenset(spec_of(created))
+            self.owners.set(meta["uid"], [Manager(manager, operation, rt.api_version(version), fields, self.clock())])
+        return created
 
     def update(
-        self, rt: ResourceType, version: str, namespace: str, name: str, body: Any, *, subresource: str = ""
+        self,
+        rt: ResourceType,
+        version: str,
+        namespace: str,
+        name: str,
+        body: Any,
+        *,
+        subresource: str = "",
+        manager: str | None = None,
     ) -> dict[str, Any]:
         """PUT of the object (status ignored when a status subresource exists) or of ``status``
-        (only status taken), guarded by resourceVersion and uid."""
+        (only status taken), guarded by resourceVersion and uid. ``manager`` takes the spec fields
+        a main-resource write changes, for the types with server-side apply."""
         new_in = self._check_body(rt, version, namespace, body)
         meta_in = _meta(new_in)
         if meta_in.get("name") != name:
@@ -281,19 +342,79 @@ class Registry:
         self.serve(rt, version, old)  # refuses writes across non-identical versions
         self._check_preconditions(rt, old, meta_in)
         if subresource == "status":
+            self._drop_disabled(rt, version, new_in, old, parts="status")
             new = {**old, "apiVersion": rt.api_version(version)}
             if new_in.get("status"):
                 new["status"] = new_in["status"]
             else:
                 new.pop("status", None)
-            errors = check_claim_status(old, new.get("status") or {}) if rt.kind == "ResourceClaim" else []
+            errors = _status_errors(rt, version, old, new)
         else:
+            self._drop_disabled(rt, version, new_in, old)
             new = self._merge_main(rt, version, old, new_in)
-            errors = check_metadata(_meta(new)) + check_no_new_finalizers(_meta(old), _meta(new))
-            errors += check_immutable_spec(rt.kind, old, new)
+            errors = self._main_errors(rt, version, old, new)
         if errors:
             raise st.invalid(rt.kind, rt.group, name, errors)
-        return self._commit_update(rt, old, new)
+        stored = self._commit_update(rt, old, new)
+        if rt.apply and manager is not None and not subresource:
+            uid = str(_meta(old).get("uid"))
+            owners = updated_owners(
+                self.owners.managers(uid), manager, rt.api_version(version), self.clock(), spec_of(old), spec_of(new)
+            )
+            self.owners.set(uid, owners)
+        return stored
+
+    def apply(
+        self,
+        rt: ResourceType,
+        version: str,
+        namespace: str,
+        name: str,
+        body: Any,
+        *,
+        manager: str,
+        force: bool = False,
+    ) -> tuple[dict[str, Any], bool]:
+        """Server-side apply of ``body`` by ``manager`` (see ``apply.py``); (stored object,
+        whether it was created)."""
+        if not isinstance(body, dict):
+            raise st.bad_request("the applied configuration must be an object")
+        for field in ("apiVersion", "kind"):
+            if not body.get(field):
+                raise st.bad_request(f"the applied configuration must set {field}")
+        config = self._check_body(rt, version, namespace, body)
+        meta = _meta(config)
+        if meta.get("name") not in (None, "", name):
+            raise st.bad_request(
+                f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+            )
+        meta["name"] = name
+        config.pop("status", None)
+        spec = config.get("spec")
+        if spec is not None and not isinstance(spec, dict):
+            raise st.bad_request("spec of the applied configuration must be an object")
+        applied = {k: v for k, v in (spec or {}).items() if v is not None}
+        old = self.storage.get((rt.group, rt.plural), (namespace, name))
+        if old is None:
+            if meta.get("resourceVersion"):
+                raise st.conflict(rt.plural, rt.group, name, st.MODIFIED)
+            if spec is not None:
+                config["spec"] = applied
+            return self.create(rt, version, namespace, config, manager=manager, operation=APPLY), True
+        self.serve(rt, version, old)
+        self._check_apply_preconditions(rt, old, meta)
+        uid, api_version = str(_meta(old).get("uid")), rt.api_version(version)
+        new_spec, owners = plan_apply(
+            self.owners.managers(uid), manager, api_version, self.clock(), spec_of(old), applied, force=force
+        )
+        new = self._merge_applied(rt, version, old, config, new_spec)
+        self._drop_disabled(rt, version, new, old)
+        errors = self._main_errors(rt, version, old, new)
+        if errors:
+            raise st.invalid(rt.kind, rt.group, name, errors)
+        stored = self._commit_update(rt, old, new)
+        self.owners.set(uid, owners)
+        return stored, False
 
     def patch(
         self,
@@ -305,6 +426,7 @@ class Registry:
         patch: Any,
         *,
         subresource: str = "",
+        manager: str | None = None,
     ) -> dict[str, Any]:
         """PATCH: the patch is applied to the current object in the URL's version, then written
         like an update. A resourceVersion in the patched result acts as a precondition; without
@@ -322,7 +444,7 @@ class Registry:
         if not meta.get("resourceVersion"):
             meta["resourceVersion"] = _meta(old).get("resourceVersion")
             patched["metadata"] = meta
-        return self.update(rt, version, namespace, name, patched, subresource=subresource)
+        return self.update(rt, version, namespace, name, patched, subresource=subresource, manager=manager)
 
     def delete(self, rt: ResourceType, namespace: str, name: str, options: Any) -> dict[str, Any]:
         """DELETE: preconditions from DeleteOptions; with finalizers only ``deletionTimestamp`` is
@@ -353,7 +475,9 @@ class Registry:
         old = self._existing(rt, namespace, name)
         collection, key, meta = (rt.group, rt.plural), (namespace, name), _meta(old)
         if force or not meta.get("finalizers"):
-            return self.storage.commit(collection, key, None)
+            removed = self.storage.commit(collection, key, None)
+            self._after_removal(rt, removed)
+            return removed
         if meta.get("deletionTimestamp"):
             return old
         new_meta = {**meta, "deletionTimestamp": self.clock(), "deletionGracePeriodSeconds": 0}
@@ -449,7 +573,88 @@ class Registry:
         obj["metadata"] = meta
         return self.storage.commit(collection, key, obj)
 
+    def collect_garbage(self) -> int:
+        """Delete (see ``remove``) every PodSchedulingContext and ResourceClaim whose controlling
+        owner reference names a Pod uid that no longer exists in its namespace. Returns how many
+        were deleted or marked."""
+        live = {
+            (str(_meta(p).get("namespace")), str(_meta(p).get("uid")))
+            for p in self.storage.current(("", "pods")).values()
+        }
+        count = 0
+        for rt in _DEPENDENT_TYPES:
+            for (namespace, name), obj in list(self.storage.current((rt.group, rt.plural)).items()):
+                owner = _controlling_pod_uid(obj)
+                if owner is not None and (namespace, owner) not in live and not _meta(obj).get("deletionTimestamp"):
+                    self.remove(rt, namespace, name)
+                    count += 1
+        return count
+
     # --- helpers --------------------------------------------------------------------------------
+
+    def _after_removal(self, rt: ResourceType, obj: dict[str, Any]) -> None:
+        """An object is gone for good: forget its field owners; a pod's dependents go with it."""
+        meta = _meta(obj)
+        if rt.apply:
+            self.owners.forget(str(meta.get("uid")))
+        if rt.kind == "Pod" and not rt.group:
+            self._collect_dependents(str(meta.get("namespace") or ""), str(meta.get("uid")))
+
+    def _collect_dependents(self, namespace: str, uid: str) -> None:
+        for rt in _DEPENDENT_TYPES:
+            for (obj_namespace, name), obj in list(self.storage.current((rt.group, rt.plural)).items()):
+                if obj_namespace == namespace and _controlling_pod_uid(obj) == uid:
+                    self.remove(rt, namespace, name)
+
+    def _drop_disabled(
+        self, rt: ResourceType, version: str, new: dict[str, Any], old: dict[str, Any] | None, *, parts: str = ""
+    ) -> None:
+        if version == CLASSIC_VERSION and rt.group == RESOURCE_GROUP and not self.classic:
+            drop_disabled_fields(rt.kind, new, old, parts=parts)
+
+    def _main_errors(
+        self, rt: ResourceType, version: str, old: dict[str, Any], new: dict[str, Any]
+    ) -> list[FieldError]:
+        """Validation of a main-resource write (update, patch, apply) of ``old`` into ``new``."""
+        errors = check_metadata(_meta(new)) + check_no_new_finalizers(_meta(old), _meta(new))
+        errors += check_immutable_spec(rt.kind, old, new)
+        if rt.kind == "PodSchedulingContext":
+            errors += check_pod_scheduling_spec(new)
+        return errors
+
+    def _check_apply_preconditions(self, rt: ResourceType, old: dict[str, Any], meta: dict[str, Any]) -> None:
+        """resourceVersion and uid in an applied configuration are preconditions; both optional."""
+        old_meta, name = _meta(old), str(_meta(old).get("name"))
+        if meta.get("resourceVersion") and meta["resourceVersion"] != old_meta.get("resourceVersion"):
+            raise st.conflict(rt.plural, rt.group, name, st.MODIFIED)
+        if meta.get("uid") and meta["uid"] != old_meta.get("uid"):
+            raise st.conflict(
+                rt.plural,
+                rt.group,
+                name,
+                f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: {old_meta.get('uid')}",
+            )
+
+    def _merge_applied(
+        self, rt: ResourceType, version: str, old: dict[str, Any], config: dict[str, Any], spec: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The stored object after an apply: ``spec`` as planned, labels and annotations merged,
+        ownerReferences and finalizers replaced when configured, everything else as stored."""
+        new = copy.deepcopy(old)
+        new["apiVersion"] = rt.api_version(version)
+        if spec or "spec" in old:
+            new["spec"] = spec
+        meta, config_meta = dict(_meta(new)), _meta(config)
+        for field in ("labels", "annotations"):
+            if isinstance(config_meta.get(field), dict):
+                meta[field] = {**(meta.get(field) or {}), **config_meta[field]}
+        for field in ("ownerReferences", "finalizers"):
+            if field in config_meta:
+                meta[field] = config_meta[field]
+        if rt.generation and new.get("spec") != old.get("spec"):
+            meta["generation"] = int(_meta(old).get("generation") or 1) + 1
+        new["metadata"] = _prune_metadata(meta)
+        return new
 
     def _existing(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any]:
         obj = self.storage.get((rt.group, rt.plural), (namespace, name))
@@ -491,7 +696,7 @@ class Registry:
         name, old_meta = str(_meta(old).get("name")), _meta(old)
         version = meta_in.get("resourceVersion")
         if not version:
-            if not self.unconditional_updates:
+            if not (self.unconditional_updates or rt.unconditional_update):
                 raise st.invalid(
                     rt.kind,
                     rt.group,
@@ -543,7 +748,9 @@ class Registry:
             return old
         meta, key = _meta(new), (str(_meta(old).get("namespace") or ""), str(_meta(old)["name"]))
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            return self.storage.commit((rt.group, rt.plural), key, None, final=new)
+            removed = self.storage.commit((rt.group, rt.plural), key, None, final=new)
+            self._after_removal(rt, removed)
+            return removed
         return self.storage.commit((rt.group, rt.plural), key, new)
 
 
@@ -563,8 +770,40 @@ def watch_event(change: Change, selector: Selector) -> tuple[str, dict[str, Any]
     return None
 
 
-def _reset_status_on_create(rt: ResourceType, obj: dict[str, Any]) -> None:
+def _controlling_pod_uid(obj: dict[str, Any]) -> str | None:
+    """The uid in the object's controller owner reference when that owner is a core v1 Pod."""
+    for ref in _meta(obj).get("ownerReferences") or ():
+        if (
+            isinstance(ref, dict)
+            and ref.get("controller") is True
+            and ref.get("kind") == "Pod"
+            and ref.get("apiVersion") in (None, "", "v1")
+            and ref.get("uid")
+        ):
+            return str(ref["uid"])
+    return None
+
+
+def _object_errors(rt: ResourceType, version: str, obj: dict[str, Any]) -> list[FieldError]:
+    """Kind-specific validation of a new object."""
+    if rt.kind == "PodSchedulingContext":
+        return check_pod_scheduling_spec(obj)
     if rt.kind == "ResourceClaim":
+        return check_claim_spec(version, obj)
+    return []
+
+
+def _status_errors(rt: ResourceType, version: str, old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
+    """Kind-specific validation of a status write."""
+    if rt.kind == "ResourceClaim":
+        return check_claim_status(old, new.get("status") or {}, version=version)
+    if rt.kind == "PodSchedulingContext":
+        return check_pod_scheduling_status(new.get("status"))
+    return []
+
+
+def _reset_status_on_create(rt: ResourceType, obj: dict[str, Any]) -> None:
+    if rt.kind in ("ResourceClaim", "PodSchedulingContext"):
         obj["status"] = {}
     elif rt.kind == "Pod":
         obj["status"] = {"phase": "Pending"}

@@ -5,17 +5,23 @@ lists the ones dra-extender touches. Discovery (``/api``, ``/apis``, ``/apis/<gr
 ``/apis/<group>/<version>``) is built from the catalog and from which resource.k8s.io versions
 the fake is configured to serve, so a client's version negotiation meets the same documents a
 cluster of that Kubernetes release answers.
+
+A type behind a feature gate (``feature_gate``) exists only when the fake is configured with that
+gate on: otherwise discovery leaves it out and its URLs are 404, as on an apiserver whose gate is
+off. PodSchedulingContext (resource.k8s.io v1alpha3, Kubernetes 1.31) is the one such type: gate
+``DRAControlPlaneController`` ("classic DRA").
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "ALL_RESOURCE_VERSIONS",
     "CATALOG",
+    "CLASSIC_GATE",
     "FIELD_GETTERS",
     "RESOURCE_GROUP",
     "ResourceType",
@@ -25,6 +31,7 @@ __all__ = [
     "api_versions",
     "field_getter",
     "find_resource",
+    "is_enabled",
     "is_served",
     "served_groups",
     "shape_family",
@@ -34,6 +41,8 @@ __all__ = [
 RESOURCE_GROUP = "resource.k8s.io"
 #: Newest first, the order the apiserver lists versions in (preferred first).
 ALL_RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
+#: The 1.31 feature gate of classic DRA (control-plane controllers, PodSchedulingContext).
+CLASSIC_GATE = "DRAControlPlaneController"
 
 _READ = ("get", "list", "watch")
 _WRITE = ("create", "delete", "deletecollection", "patch", "update")
@@ -49,6 +58,11 @@ class ResourceType:
     ignores ``status`` and the subresource takes only ``status`` (as the real strategies reset them).
     ``generation``: ``metadata.generation`` starts at 1 and bumps when ``spec`` changes.
     ``fields``: the field selectors the apiserver accepts beyond ``metadata.name``/``namespace``.
+    ``feature_gate``: the type is served only with this gate on (see the module docstring).
+    ``unconditional_update``: the strategy's ``AllowUnconditionalUpdate``: an update without
+    ``metadata.resourceVersion`` is taken (otherwise the fake's strict 422).
+    ``apply``: server-side apply is emulated for this type (``apply.py``), and the top-level
+    ``spec`` fields each write sets are tracked per field manager.
     """
 
     group: str
@@ -63,6 +77,9 @@ class ResourceType:
     subresources: tuple[str, ...] = ()
     fields: tuple[str, ...] = ()
     short_names: tuple[str, ...] = ()
+    feature_gate: str = ""
+    unconditional_update: bool = False
+    apply: bool = False
 
     @property
     def qualified(self) -> str:
@@ -98,6 +115,19 @@ CATALOG: tuple[ResourceType, ...] = (
     _dra("resourceclaims", "resourceclaim", "ResourceClaim", namespaced=True, status=True),
     _dra("resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate", namespaced=True),
     _dra("resourceslices", "resourceslice", "ResourceSlice", namespaced=False, fields=("spec.nodeName", "spec.driver")),
+    # STR131: status subresource, no generation, unconditional updates allowed; v1alpha3 only.
+    ResourceType(
+        group=RESOURCE_GROUP,
+        versions=("v1alpha3",),
+        plural="podschedulingcontexts",
+        singular="podschedulingcontext",
+        kind="PodSchedulingContext",
+        namespaced=True,
+        status=True,
+        feature_gate=CLASSIC_GATE,
+        unconditional_update=True,
+        apply=True,
+    ),
     ResourceType(
         group="",
         versions=("v1",),
@@ -216,6 +246,11 @@ def field_getter(path: str) -> FieldGetter:
     return FIELD_GETTERS.get(path) or _path_getter(path)
 
 
+def is_enabled(rt: ResourceType, gates: Collection[str]) -> bool:
+    """Whether ``rt`` exists with these feature gates on."""
+    return not rt.feature_gate or rt.feature_gate in gates
+
+
 def find_resource(group: str, plural: str) -> ResourceType | None:
     for rt in CATALOG:
         if rt.group == group and rt.plural == plural:
@@ -284,11 +319,12 @@ def api_group(group: str, resource_versions: Sequence[str]) -> dict[str, Any] | 
     return None
 
 
-def api_resource_list(group: str, version: str) -> dict[str, Any]:
-    """``GET /api/v1`` or ``/apis/<group>/<version>`` (call only for served group versions)."""
+def api_resource_list(group: str, version: str, gates: Collection[str] = ()) -> dict[str, Any]:
+    """``GET /api/v1`` or ``/apis/<group>/<version>`` (call only for served group versions);
+    types behind a feature gate that is not in ``gates`` are left out."""
     resources: list[dict[str, Any]] = []
     for rt in CATALOG:
-        if rt.group != group or version not in rt.versions:
+        if rt.group != group or version not in rt.versions or not is_enabled(rt, gates):
             continue
         entry: dict[str, Any] = {
             "name": rt.plural,

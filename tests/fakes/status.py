@@ -140,7 +140,7 @@ def unsupported_media_type(content_type: str) -> ApiError:
     message = (
         f"the body of the request was in an unknown format - accepted media types include: "
         f"application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json "
-        f"(got {content_type!r}; apply-patch is not emulated by the fake)"
+        f"(got {content_type!r}; the fake emulates apply-patch for podschedulingcontexts only)"
     )
     return ApiError(status_body(415, "UnsupportedMediaType", message))
 

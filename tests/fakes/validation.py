@@ -7,6 +7,13 @@ templates, pods), and the ResourceClaim status rules of ``validateResourceClaimS
 while the claim is being deleted, and an allocation that cannot change once set. Messages follow
 ``field.Error`` (``<path>: <Type>: <detail>``). Comparisons are on raw JSON: the fake does not
 apply the apiserver's defaulting, so a client must echo what it read.
+
+resource.k8s.io v1alpha3 is validated as Kubernetes 1.31 did (VAL131, classic DRA): at most 32
+``reservedFor`` entries, list limits reported as 1.31's ``field.TooLongMaxLength`` (``Too long:
+may not be longer than N``) rather than the newer ``Too many: N: must have at most M items``, the
+``deallocationRequested`` rules, ``spec.controller`` / ``status.allocation.controller`` as CSI
+driver names, and PodSchedulingContext (``potentialNodes`` and ``unsuitableNodes`` sets of at most
+128 node names, claim entries unique by name; QUIRK: status errors under ``status.claims``).
 """
 
 from __future__ import annotations
@@ -17,16 +24,32 @@ from typing import Any
 from .status import FieldError
 
 __all__ = [
+    "CLASSIC_VERSION",
+    "MAX_NODE_LIST",
     "MAX_RESERVED_FOR",
+    "MAX_RESERVED_FOR_V1ALPHA3",
+    "check_claim_spec",
     "check_claim_status",
+    "check_driver_name",
     "check_immutable_spec",
     "check_metadata",
     "check_name",
     "check_no_new_finalizers",
+    "check_node_name_set",
+    "check_pod_scheduling_spec",
+    "check_pod_scheduling_status",
 ]
 
 #: resource.ResourceClaimReservedForMaxSize.
 MAX_RESERVED_FOR = 256
+#: The same limit in 1.31, the release whose v1alpha3 the fake emulates.
+MAX_RESERVED_FOR_V1ALPHA3 = 32
+#: resource.PodSchedulingNodeListMaxSize (the KEP text says 256; the code says 128).
+MAX_NODE_LIST = 128
+#: CSI driver names (``ValidateCSIDriverName``), used for ``controller`` fields.
+MAX_DRIVER_NAME = 63
+#: The resource.k8s.io version of 1.31's classic DRA.
+CLASSIC_VERSION = "v1alpha3"
 #: resource.AllocationResultsMaxSize.
 MAX_ALLOCATION_RESULTS = 32
 
@@ -46,6 +69,118 @@ def check_name(name: Any, path: str = "metadata.name") -> list[FieldError]:
     if not _SUBDOMAIN.match(name):
         return [FieldError(path, "FieldValueInvalid", f'Invalid value: "{name}": {_SUBDOMAIN_HELP}')]
     return []
+
+
+def _subdomain_errors(value: str, path: str, shown: str | None = None) -> list[FieldError]:
+    """``IsDNS1123Subdomain`` as ``field.Invalid`` errors (both the length and the pattern can fail);
+    ``shown`` is the value the message quotes when another string was checked."""
+    quoted = value if shown is None else shown
+    errors: list[FieldError] = []
+    if len(value) > 253:
+        errors.append(
+            FieldError(path, "FieldValueInvalid", f'Invalid value: "{quoted}": must be no more than 253 characters')
+        )
+    if not _SUBDOMAIN.match(value):
+        errors.append(FieldError(path, "FieldValueInvalid", f'Invalid value: "{quoted}": {_SUBDOMAIN_HELP}'))
+    return errors
+
+
+def _too_long(path: str, limit: int) -> FieldError:
+    """1.31's list limit error (``validateSlice`` used ``field.TooLongMaxLength``, whose message
+    omits the value)."""
+    return FieldError(path, "FieldValueTooLong", f"Too long: may not be longer than {limit}")
+
+
+def check_driver_name(name: Any, path: str) -> list[FieldError]:
+    """``ValidateCSIDriverName`` for a set ``controller``: at most 63 characters, a DNS subdomain
+    once lowercased (upper case letters pass, as upstream lowercases before matching)."""
+    if not isinstance(name, str):
+        return [FieldError(path, "FieldValueInvalid", "Invalid value: must be a string")]
+    errors: list[FieldError] = []
+    if len(name) > MAX_DRIVER_NAME:
+        errors.append(_too_long(path, MAX_DRIVER_NAME))
+    return errors + _subdomain_errors(name.lower(), path, shown=name)
+
+
+def check_node_name_set(nodes: Any, path: str) -> list[FieldError]:
+    """``validateSet(nodes, PodSchedulingNodeListMaxSize, validateNodeName, stringKey)``: each entry
+    a node name (DNS subdomain), at most 128, no duplicates; reported in upstream's order (entries,
+    then the length, then duplicates)."""
+    if nodes is None:
+        return []
+    if not isinstance(nodes, list):
+        return [FieldError(path, "FieldValueInvalid", "Invalid value: must be a list")]
+    errors: list[FieldError] = []
+    for index, node in enumerate(nodes):
+        if isinstance(node, str):
+            errors.extend(_subdomain_errors(node, f"{path}[{index}]"))
+        else:
+            errors.append(FieldError(f"{path}[{index}]", "FieldValueInvalid", "Invalid value: must be a string"))
+    if len(nodes) > MAX_NODE_LIST:
+        errors.append(_too_long(path, MAX_NODE_LIST))
+    seen: set[str] = set()
+    for index, node in enumerate(nodes):
+        if not isinstance(node, str):
+            continue
+        if node in seen:
+            errors.append(FieldError(f"{path}[{index}]", "FieldValueDuplicate", f'Duplicate value: "{node}"'))
+        seen.add(node)
+    return errors
+
+
+def check_pod_scheduling_spec(obj: dict[str, Any]) -> list[FieldError]:
+    """``validatePodSchedulingSpec`` (create and main-resource update): ``potentialNodes`` only.
+    1.31 does not check ``selectedNode`` beyond its type, so neither does the fake."""
+    spec = obj.get("spec")
+    if spec is None:
+        return []
+    if not isinstance(spec, dict):
+        return [FieldError("spec", "FieldValueInvalid", "Invalid value: must be an object")]
+    errors = check_node_name_set(spec.get("potentialNodes"), "spec.potentialNodes")
+    selected = spec.get("selectedNode")
+    if selected is not None and not isinstance(selected, str):
+        errors.append(FieldError("spec.selectedNode", "FieldValueInvalid", "Invalid value: must be a string"))
+    return errors
+
+
+def check_pod_scheduling_status(status: Any) -> list[FieldError]:
+    """``validatePodSchedulingStatus`` (status updates): every ``resourceClaims`` entry's
+    ``unsuitableNodes`` a node-name set, entries unique by ``name`` (the duplicate reported on the
+    entry). QUIRK kept from upstream: the paths say ``status.claims[i]``, not
+    ``status.resourceClaims[i]``. 1.31 does not require ``name`` (two unnamed entries are
+    duplicates of ""), and neither does the fake."""
+    if status is None:
+        return []
+    if not isinstance(status, dict):
+        return [FieldError("status", "FieldValueInvalid", "Invalid value: must be an object")]
+    claims = status.get("resourceClaims")
+    if claims is None:
+        return []
+    path = "status.claims"
+    if not isinstance(claims, list):
+        return [FieldError(path, "FieldValueInvalid", "Invalid value: must be a list")]
+    errors: list[FieldError] = []
+    names: set[str] = set()
+    for index, entry in enumerate(claims):
+        epath = f"{path}[{index}]"
+        if not isinstance(entry, dict):
+            errors.append(FieldError(epath, "FieldValueInvalid", "Invalid value: must be an object"))
+            continue
+        errors.extend(check_node_name_set(entry.get("unsuitableNodes"), f"{epath}.unsuitableNodes"))
+        name = str(entry.get("name") or "")
+        if name in names:
+            errors.append(FieldError(epath, "FieldValueDuplicate", f'Duplicate value: "{name}"'))
+        names.add(name)
+    return errors
+
+
+def check_claim_spec(version: str, obj: dict[str, Any]) -> list[FieldError]:
+    """The part of ``validateResourceClaimSpec`` the fake checks on create: in v1alpha3 a set
+    ``spec.controller`` must be a driver name (the spec is immutable afterwards)."""
+    spec = obj.get("spec")
+    if version != CLASSIC_VERSION or not isinstance(spec, dict) or spec.get("controller") in (None, ""):
+        return []
+    return check_driver_name(spec["controller"], "spec.controller")
 
 
 def check_metadata(meta: dict[str, Any]) -> list[FieldError]:
@@ -167,12 +302,15 @@ def _consumer(entry: dict[str, Any]) -> tuple[str, str, str, str]:
     return (entry.get("apiGroup") or "", entry.get("resource") or "", entry.get("name") or "", entry.get("uid") or "")
 
 
-def _check_reserved_for(reserved: Any) -> list[FieldError]:
+def _check_reserved_for(reserved: Any, version: str) -> list[FieldError]:
     path = "status.reservedFor"
     if not isinstance(reserved, list):
         return [FieldError(path, "FieldValueInvalid", "Invalid value: must be a list")]
     errors: list[FieldError] = []
-    if len(reserved) > MAX_RESERVED_FOR:
+    if version == CLASSIC_VERSION:
+        if len(reserved) > MAX_RESERVED_FOR_V1ALPHA3:
+            errors.append(_too_long(path, MAX_RESERVED_FOR_V1ALPHA3))
+    elif len(reserved) > MAX_RESERVED_FOR:
         errors.append(
             FieldError(
                 path, "FieldValueTooMany", f"Too many: {len(reserved)}: must have at most {MAX_RESERVED_FOR} items"
@@ -195,19 +333,50 @@ def _check_reserved_for(reserved: Any) -> list[FieldError]:
     return errors
 
 
-def check_claim_status(old: dict[str, Any], status: Any) -> list[FieldError]:
-    """``validateResourceClaimStatusUpdate`` for a status write replacing ``old``'s status."""
+def _check_deallocation(old_status: dict[str, Any], status: dict[str, Any]) -> list[FieldError]:
+    """VAL131's ``deallocationRequested`` rules (v1alpha3): it is set only together with clearing
+    ``reservedFor``, needs an allocation, and goes only together with the allocation."""
+    before, after = bool(old_status.get("deallocationRequested")), bool(status.get("deallocationRequested"))
+    reserved, allocation = status.get("reservedFor") or [], status.get("allocation")
+    path = "status.deallocationRequested"
+    errors: list[FieldError] = []
+    if not before and after and reserved:
+        errors.append(
+            FieldError(
+                path, "FieldValueForbidden", "Forbidden: deallocation cannot be requested while `reservedFor` is set"
+            )
+        )
+    if allocation is None and after:
+        # Upstream reports this one on the status itself ("either field may be the wrong one").
+        errors.append(
+            FieldError(
+                "status",
+                "FieldValueForbidden",
+                "Forbidden: `allocation` must be set when `deallocationRequested` is set",
+            )
+        )
+    if before and not after and allocation is not None:
+        errors.append(FieldError(path, "FieldValueForbidden", "Forbidden: may not be cleared when `allocation` is set"))
+    return errors
+
+
+def check_claim_status(old: dict[str, Any], status: Any, *, version: str = "v1") -> list[FieldError]:
+    """``validateResourceClaimStatusUpdate`` for a status write replacing ``old``'s status, in the
+    resource.k8s.io ``version`` of the request (v1alpha3: 1.31's rules, see the module docstring)."""
     if not isinstance(status, dict):
         return [FieldError("status", "FieldValueInvalid", "Invalid value: must be an object")]
     reserved = status.get("reservedFor") or []
-    errors = _check_reserved_for(reserved)
+    errors = _check_reserved_for(reserved, version)
     if errors:
         return errors
     allocation = status.get("allocation")
     old_status = old.get("status") or {}
     old_allocation = old_status.get("allocation")
+    classic = version == CLASSIC_VERSION
     if allocation is not None:
         errors.extend(_check_allocation(old, allocation))
+        if classic and isinstance(allocation, dict) and allocation.get("controller") not in (None, ""):
+            errors.extend(check_driver_name(allocation["controller"], "status.allocation.controller"))
     if reserved and allocation is None:
         errors.append(
             FieldError(
@@ -216,7 +385,8 @@ def check_claim_status(old: dict[str, Any], status: Any) -> list[FieldError]:
                 "Forbidden: may not be specified when `allocated` is not set",
             )
         )
-    if reserved and (old.get("metadata") or {}).get("deletionTimestamp"):
+    deallocating = classic and bool(status.get("deallocationRequested"))
+    if reserved and ((old.get("metadata") or {}).get("deletionTimestamp") or deallocating):
         before = {_consumer(e) for e in old_status.get("reservedFor") or () if isinstance(e, dict)}
         if any(_consumer(e) not in before for e in reserved):
             errors.append(
@@ -231,4 +401,6 @@ def check_claim_status(old: dict[str, Any], status: Any) -> list[FieldError]:
         errors.append(
             FieldError("status.allocation", "FieldValueInvalid", 'Invalid value: "object": field is immutable')
         )
+    if classic:
+        errors.extend(_check_deallocation(old_status, status))
     return errors
