@@ -278,12 +278,18 @@ class ClassicNegotiator:
         # A pod the store shows now and no longer shows later was deleted (one the watch has not
         # shown yet is simply not there yet).
         in_store = f"{namespace}/{name}" in self.store.pods
+        # a potentialNodes publish still queued goes out in the same write
+        wanted = self._wanted.pop(f"{namespace}/{name}", None)
         try:
-            await self.write_context(pod, selected=node)
+            await self.write_context(pod, selected=node, potential=wanted[1] if wanted is not None else None)
             self.stats.waits += 1
             while True:
                 event.clear()
-                current = self._driver_progress(pod, claims, node, in_store)
+                try:
+                    current = self._driver_progress(pod, claims, node, in_store)
+                except _Unsuitable:
+                    await self.clear_selection(pod)  # so that the driver stops trying the node
+                    raise
                 if current is not None:
                     return current
                 remaining = until - loop.time()
@@ -320,7 +326,7 @@ class ClassicNegotiator:
         claims = self.cluster.claims(pod, from_templates=False)  # raises for a claim being deleted
         for entry in claims.classic:
             if entry.unsuitable is not None and node in entry.unsuitable:
-                raise Transient(
+                raise _Unsuitable(
                     f"resource driver reported node {node} unsuitable for claim {entry.claim.key}",
                     node=node,
                     claim=entry.claim.key,
@@ -362,6 +368,10 @@ class ClassicNegotiator:
         status["deallocationRequested"] = True
         await self.backend.update_claim_status(raw)
         self.stats.deallocations += 1
+
+
+class _Unsuitable(Transient):
+    """A driver reported the selected node unsuitable for one of its claims."""
 
 
 def _set_spec(spec: dict[str, Any], potential: tuple[str, ...] | None, selected: str | None) -> None:

@@ -125,19 +125,20 @@ def check_status_update(old: dict[str, Any], status: Any, obj: str) -> None:
 
 
 def _check_deallocation_request(old_status: dict[str, Any], status: dict[str, Any], obj: str) -> None:
-    """v1alpha3 (classic DRA): ``deallocationRequested`` asks the driver to deallocate; it needs an
-    allocation, no consumers in the same status, and goes only together with the allocation."""
+    """v1alpha3 (classic DRA): ``deallocationRequested`` asks the driver to deallocate. As 1.31's
+    validation: it needs an allocation (reported on ``status``), may not be newly set beside
+    consumers, and goes only together with the allocation."""
     path = "status.deallocationRequested"
-    if status.get("deallocationRequested"):
-        if status.get("reservedFor"):
-            raise InvalidObject(
-                "Forbidden: deallocation cannot be requested while `reservedFor` is set", path=path, obj=obj
-            )
-        if status.get("allocation") is None:
-            raise InvalidObject(
-                "Required value: `allocation` must be set when `deallocationRequested` is set", path=path, obj=obj
-            )
-    elif old_status.get("deallocationRequested") and status.get("allocation") is not None:
+    requested, was = bool(status.get("deallocationRequested")), bool(old_status.get("deallocationRequested"))
+    if requested and status.get("allocation") is None:
+        raise InvalidObject(
+            "Forbidden: `allocation` must be set when `deallocationRequested` is set", path="status", obj=obj
+        )
+    if requested and not was and status.get("reservedFor"):
+        raise InvalidObject(
+            "Forbidden: deallocation cannot be requested while `reservedFor` is set", path=path, obj=obj
+        )
+    if was and not requested and status.get("allocation") is not None:
         raise InvalidObject("Forbidden: may not be cleared when `allocation` is set", path=path, obj=obj)
 
 
