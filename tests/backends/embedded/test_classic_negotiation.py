@@ -327,6 +327,7 @@ async def test_the_flag_goes_only_with_the_allocation() -> None:
     claim = allocated_by_driver(classic_claim("c1"), "node-1")
     claim["status"]["deallocationRequested"] = True
     h = Harness(claim)
+    await h.driver.stop()  # it would deallocate the claim itself
     stored = h.claim("c1")
     del stored["status"]["deallocationRequested"]
 
