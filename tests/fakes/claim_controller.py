@@ -7,6 +7,12 @@ dra-allocation.md §13.8), over the fake API server's HTTP API like the real one
 - a claim being deleted with no valid reservation gets its allocation cleared and the finalizer
   removed, so its deletion completes.
 
+Classic DRA (v1alpha3, a claim its driver's controller allocated: ``allocation.controller`` set, no
+delete-protection finalizer): when the last entry goes, the same status update sets
+``deallocationRequested`` and keeps the allocation, for the driver to deallocate (1.31's
+kube-controller-manager, spec/classic-dra.md §1.5); and a pod bound to a node, not being deleted,
+that uses such an allocated claim without being in its ``reservedFor`` is added back to it.
+
 Nothing else: a claim with an empty ``reservedFor`` that is not being deleted is left alone
 (upstream deallocates only when *it* removed the last entry). ``sweep()`` does one pass;
 ``run()`` sweeps every ``interval`` seconds. A write that fails (a conflict, an injected fault) is
@@ -67,12 +73,14 @@ class ReservationController:
             for p in storage.current(("", "pods")).values()
             if (p.get("status") or {}).get("phase") not in _DONE and not p["metadata"].get("deletionTimestamp")
         }
-        for stored in list(storage.current(("resource.k8s.io", "resourceclaims")).values()):
+        claims = storage.current(("resource.k8s.io", "resourceclaims"))
+        for stored in list(claims.values()):
             status = stored.get("status") or {}
             reserved = status.get("reservedFor") or []
             stale = any(ref.get("uid") not in live for ref in reserved)
             if stale or stored["metadata"].get("deletionTimestamp"):
                 await self._sync(copy.deepcopy(stored), live)
+        await self._reserve_for_bound_pods(storage.current(("", "pods")).values(), claims)
 
     async def _sync(self, claim: dict[str, Any], live: set[str]) -> None:
         meta, status = claim["metadata"], claim.setdefault("status", {})
@@ -80,6 +88,16 @@ class ReservationController:
         valid = [ref for ref in reserved if ref.get("uid") in live]
         being_deleted = bool(meta.get("deletionTimestamp"))
         deallocate = (len(valid) < len(reserved) and not valid) or (being_deleted and not valid)
+        classic = bool((status.get("allocation") or {}).get("controller")) and DELETE_PROTECTION not in (
+            meta.get("finalizers") or ()
+        )
+        if classic and deallocate:
+            if status.get("deallocationRequested") and not reserved:
+                return
+            status.pop("reservedFor", None)
+            status["deallocationRequested"] = True  # the driver deallocates (and drops its finalizer)
+            await self._put(claim, "/status")
+            return
         if len(valid) < len(reserved) or (deallocate and status.get("allocation")):
             if valid:
                 status["reservedFor"] = valid
@@ -96,6 +114,34 @@ class ReservationController:
             if DELETE_PROTECTION in finalizers and not (claim.get("status") or {}).get("allocation"):
                 claim["metadata"]["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION]
                 await self._put(claim, "")
+
+    async def _reserve_for_bound_pods(self, pods: Any, claims: dict[Any, dict[str, Any]]) -> None:
+        """A bound pod that uses an allocated classic claim it is not a consumer of gets reserved
+        (as 1.31's controller does for pods scheduled without a scheduler's reservation)."""
+        for pod in list(pods):
+            meta, spec = pod["metadata"], pod.get("spec") or {}
+            if not spec.get("nodeName") or meta.get("deletionTimestamp"):
+                continue
+            if (pod.get("status") or {}).get("phase") in _DONE:
+                continue
+            recorded = (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+            statuses = {e.get("name"): e.get("resourceClaimName") for e in recorded}
+            for entry in spec.get("resourceClaims") or ():
+                name = entry.get("resourceClaimName") or statuses.get(entry.get("name"))
+                stored = claims.get((meta["namespace"], name)) if name else None
+                if stored is None or stored["metadata"].get("deletionTimestamp"):
+                    continue
+                status = stored.get("status") or {}
+                allocation = status.get("allocation") or {}
+                if not allocation.get("controller") or status.get("deallocationRequested"):
+                    continue
+                if any(ref.get("uid") == meta["uid"] for ref in status.get("reservedFor") or ()):
+                    continue
+                claim = copy.deepcopy(stored)
+                claim["status"].setdefault("reservedFor", []).append(
+                    {"resource": "pods", "name": meta["name"], "uid": meta["uid"]}
+                )
+                await self._put(claim, "/status")
 
     async def _put(self, claim: dict[str, Any], suffix: str) -> dict[str, Any] | None:
         assert self._session is not None

@@ -225,7 +225,7 @@ class KubeBackend:
 
     async def _discover_classic(self, version: str) -> None:
         """Whether to watch PodSchedulingContexts: served (1.31, gate on) and readable. A server
-        that serves them to a service account without the classic RBAC (deploy/overlays/classic-dra)
+        that serves them to a service account without the classic RBAC (deploy/classic-dra)
         is logged, and pods with classic claims are told why they cannot be scheduled; nothing else
         changes."""
         assert self.client is not None
@@ -242,7 +242,7 @@ class KubeBackend:
         except AccessDenied as exc:
             self._classic_problem = (
                 f"{exc.reason} (the API server serves classic DRA; grant the extender "
-                "deploy/overlays/classic-dra's permissions to drive it)"
+                "deploy/classic-dra's permissions to drive it)"
             )
             log.warning("kube.classic_dra_forbidden", reason=self._classic_problem)
             return
