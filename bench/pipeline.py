@@ -452,13 +452,17 @@ async def kube_stack(
     extender_args: Sequence[str] = (),
     seed: int = 0,
     seed_pods: bool = True,
+    fake_options: dict[str, Any] | None = None,
+    classic_drivers: Sequence[str] = (),
 ) -> AsyncIterator[Stack]:
     """The fake API server holding ``objects`` (the pods only with ``seed_pods``: else the model
     creates them, ``Stack.create_pod``) (every request but watches waits ``latency`` s), the
     claim controller, and the extender's kube backend on it: in this process or as
     ``dra-extender serve --kubeconfig``. With ``fake_process`` the fake and the controller run in
     a process of their own (``bench/fake_cluster.py``) and the model learns of pod changes through
-    a pod watch, as kube-scheduler does."""
+    a pod watch, as kube-scheduler does. ``fake_options`` go to the fake (``resource_versions``,
+    ``classic``, ...); ``classic_drivers`` run as classic DRA driver controllers beside it
+    (tests/fakes/classic_driver.py; in-process fake only)."""
     if fake_process:
         async with _fake_process_stack(
             objects,
@@ -475,10 +479,16 @@ async def kube_stack(
             yield stack
         return
     from tests.fakes import FakeApiServer
+    from tests.fakes.classic_driver import running_driver
 
     nodes, pods = _split(objects)
-    async with FakeApiServer.running(bookmark_interval=None, rng=random.Random(seed)) as fake:
+    async with (
+        FakeApiServer.running(bookmark_interval=None, rng=random.Random(seed), **(fake_options or {})) as fake,
+        contextlib.AsyncExitStack() as drivers,
+    ):
         seed_fake(fake, objects, pods=seed_pods)
+        for driver in classic_drivers:
+            await drivers.enter_async_context(running_driver(fake, driver))
         controller = ClaimController(fake, delay=controller_delay, rate=controller_rate, seed=seed)
         controller.start()
         controller.enqueue_existing()
