@@ -193,6 +193,7 @@ class _StateCollector(Collector):
             metric = family(f"{NAMESPACE}_{name}", text)
             metric.add_metric([], value)
             yield metric
+        yield from _classic_metrics(service)
         cache = GaugeMetricFamily(f"{NAMESPACE}_cache_objects", "Objects held in the cache, by kind.", labels=["kind"])
         for kind, size in (
             ("slices", len(store.slices)),
@@ -202,6 +203,7 @@ class _StateCollector(Collector):
             ("templates", len(store.templates)),
             ("nodes", len(store.nodes)),
             ("pods", len(store.pods)),
+            ("podschedulingcontexts", len(store.scheduling_contexts)),
         ):
             cache.add_metric([kind], size)
         yield cache
@@ -235,3 +237,33 @@ class _StateCollector(Collector):
         held = GaugeMetricFamily(f"{NAMESPACE}_fit_cache_verdicts", "Node verdicts remembered, over all pod shapes.")
         held.add_metric([], len(fits))
         yield held
+
+
+def _classic_metrics(service: SchedulingService) -> Iterator[Metric]:
+    """Classic DRA: the negotiation with drivers' controllers (``state/classic.py``)."""
+    stats = service.classic.stats
+    publishes = CounterMetricFamily(
+        f"{NAMESPACE}_classic_context_writes",
+        "PodSchedulingContext writes, by the field set: potentialNodes, selectedNode, cleared (selectedNode unset).",
+        labels=["field"],
+    )
+    for name in ("potentialNodes", "selectedNode", "cleared"):
+        publishes.add_metric([name], stats.publishes.get(name, 0))
+    yield publishes
+    failures = CounterMetricFamily(
+        f"{NAMESPACE}_classic_publish_failures",
+        "Asynchronous potentialNodes publishes that failed (logged), by error class.",
+        labels=["error"],
+    )
+    for name, count in sorted(stats.publish_failures.items()):
+        failures.add_metric([name], count)
+    yield failures
+    for name, text, value in (
+        ("classic_bind_waits", "Binds that waited for drivers to allocate classic claims.", stats.waits),
+        ("classic_bind_wait_seconds", "Seconds binds waited for drivers, summed.", stats.wait_seconds),
+        ("classic_deallocations", "Deallocations of classic claims asked of their drivers.", stats.deallocations),
+        ("classic_contexts_deleted", "PodSchedulingContexts deleted after their pod was bound.", stats.deleted),
+    ):
+        metric = CounterMetricFamily(f"{NAMESPACE}_{name}", text)
+        metric.add_metric([], value)
+        yield metric

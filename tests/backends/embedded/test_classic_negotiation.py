@@ -335,3 +335,18 @@ async def test_the_flag_goes_only_with_the_allocation() -> None:
         await h.backend.update_claim_status(stored)
     stored["status"] = {}
     assert (await h.backend.update_claim_status(stored))["status"] == {}
+
+
+async def test_the_negotiation_is_counted_in_the_metrics() -> None:
+    from prometheus_client import generate_latest
+
+    from extender.server.metrics import Metrics
+
+    h = Harness(classic_claim("c1"), pod("p1", "c1"))
+    metrics = Metrics(h.service)
+    assert (await h.schedule("p1")).node is not None
+    text = generate_latest(metrics.registry).decode()
+    assert 'dra_extender_classic_context_writes_total{field="selectedNode"} 1.0' in text
+    assert 'dra_extender_classic_context_writes_total{field="potentialNodes"}' in text
+    assert "dra_extender_classic_bind_waits_total 1.0" in text
+    assert "dra_extender_classic_contexts_deleted_total 1.0" in text
