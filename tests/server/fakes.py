@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from extender.state.classic import ClassicStats
 from extender.state.ledger import InFlightLedger
 from extender.state.service import FilterOutcome, SchedulingService, ServiceStats
 from extender.state.store import ObjectStore
@@ -34,6 +35,13 @@ class FakeBackend:
 
 
 @dataclass
+class FakeClassic:
+    """What the server reads of the classic DRA negotiator: its counters."""
+
+    stats: ClassicStats = field(default_factory=lambda: ClassicStats(publishes={}, publish_failures={}))
+
+
+@dataclass
 class FakeService:
     """Answers from its attributes; ``raise_on[verb]`` makes that verb raise instead."""
 
@@ -48,6 +56,7 @@ class FakeService:
     observed_nodes: list[str] = field(default_factory=list)
     ledger: InFlightLedger = field(default_factory=InFlightLedger)
     stats: ServiceStats = field(default_factory=ServiceStats)
+    classic: FakeClassic = field(default_factory=lambda: FakeClassic())
 
     @property
     def store(self) -> ObjectStore:
