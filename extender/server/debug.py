@@ -1,7 +1,8 @@
-"""Debug endpoints: ``POST debug/explain`` and the read-only views of claims, pods and nodes.
+"""Debug endpoints: ``POST debug/explain`` and the read-only views of claims, pods, nodes and
+PodSchedulingContexts (classic DRA).
 
-They answer from the backend's cache, as JSON. Unknown claims and pods are 404 ``{"error": ...}``;
-a node with no devices is an empty device list (the node may simply have none).
+They answer from the backend's cache, as JSON. Unknown claims, pods and contexts are 404
+``{"error": ...}``; a node with no devices is an empty device list (the node may simply have none).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from extender.server.keys import SERVICE
 from extender.server.middleware import json_error, json_response, log_context
 from extender.server.wire import parse_extender_args
 
-__all__ = ["debug_claim", "debug_node", "debug_pod", "explain"]
+__all__ = ["debug_claim", "debug_node", "debug_pod", "debug_scheduling_context", "explain"]
 
 log = structlog.get_logger()
 
@@ -60,3 +61,12 @@ async def debug_pod(request: web.Request) -> web.Response:
 
 async def debug_node(request: web.Request) -> web.Response:
     return json_response(request.app[SERVICE].debug_node(request.match_info["node"]))
+
+
+async def debug_scheduling_context(request: web.Request) -> web.Response:
+    """The pod's PodSchedulingContext (classic DRA) as the backend's store holds it: the raw object."""
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    context = request.app[SERVICE].views.scheduling_context(namespace, name)
+    if context is None:
+        return json_error(404, f"podschedulingcontext {namespace}/{name} not found")
+    return json_response(context)

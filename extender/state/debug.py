@@ -1,6 +1,8 @@
-"""What the debug endpoints show: claims, pods and nodes as the service sees them, and explain.
+"""What the debug endpoints show: claims, pods, nodes and PodSchedulingContexts as the service
+sees them, and explain.
 
-Read-only renderings for ``/debug/...`` (``server/debug.py``); nothing here changes state.
+Read-only renderings for ``/debug/...`` (``server/debug.py``); nothing here changes state: explain
+runs the filter without holds, which also publishes no ``potentialNodes`` of classic DRA.
 """
 
 from __future__ import annotations
@@ -10,14 +12,30 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from extender.core.answers import NOT_AVAILABLE, NOT_SYNCED, Unresolvable
+from extender.core.classic import EXCLUDED_BY_CLASS, WAITING_FOR_DRIVER, PendingClassic, may_select, node_problem
 from extender.core.errors import ExtenderError
 from extender.core.explain import explain_node
-from extender.core.model import DeviceID, UnparsedVersion
-from extender.state.claims import pod_identity
+from extender.core.model import DeviceID, NodeInfo, PodSchedulingContext, UnparsedVersion
+from extender.state.claims import PodClaims, pod_identity
 from extender.state.cluster import ClusterView
 from extender.state.verdicts import FilterOutcome
 
-__all__ = ["DebugViews"]
+__all__ = [
+    "CLASSIC_EXCLUDED",
+    "CLASSIC_NOT_ANSWERED",
+    "CLASSIC_NOT_ASKED",
+    "CLASSIC_SUITABLE",
+    "CLASSIC_UNSUITABLE",
+    "DebugViews",
+]
+
+# Per node and pending classic claim, what explain says (``verdict``): the first two fail the node
+# (the filter's deny-list), the last three pass it (the driver decides at bind).
+CLASSIC_EXCLUDED = "excluded-by-class"  # a class's suitableNodes does not select the node
+CLASSIC_UNSUITABLE = "unsuitable"  # the driver listed the node in unsuitableNodes
+CLASSIC_SUITABLE = "suitable"  # the driver was asked about the node and did not list it
+CLASSIC_NOT_ASKED = "not-asked"  # the driver answered, but the node is not among the potentialNodes
+CLASSIC_NOT_ANSWERED = "not-answered"  # the driver has not answered for the claim yet
 
 
 class DebugViews:
@@ -36,6 +54,11 @@ class DebugViews:
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         raw = self.store.pods.get(f"{namespace}/{name}")
+        return copy.deepcopy(raw) if raw is not None else None
+
+    def scheduling_context(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The PodSchedulingContext (classic DRA; named after its pod) as the store holds it."""
+        raw = self.store.raw_scheduling_contexts.get(f"{namespace}/{name}")
         return copy.deepcopy(raw) if raw is not None else None
 
     def node(self, node_name: str) -> dict[str, Any]:
@@ -90,8 +113,12 @@ class DebugViews:
             out["error"] = exc.reason
             return out
         out["claims"] = [claim.key for claim in claims.all]
+        context = self.store.scheduling_contexts.get(claims.pod_key) if claims.classic else None
+        if claims.classic:
+            out["claims"] += [entry.claim.key for entry in claims.classic]
+            out["classic"] = _classic_summary(claims.classic, context)
         allocator = self.cluster.allocator(claims)
-        outcome = self._filter(pod, node_names)
+        outcome = self._filter(pod, node_names)  # hold=False: no holds, no potentialNodes published
         out["error"] = outcome.error
         for node_name in node_names:
             node = self.store.node(node_name)
@@ -104,6 +131,8 @@ class DebugViews:
                 features=self.cluster.features,
                 selectors=self.store.selectors,
             ).to_dict()
+            if claims.classic:
+                _explain_classic_node(explanation, claims, node, context)
             if node_name in outcome.unresolvable:
                 explanation["outcome"] = "FailedAndUnresolvable"
                 explanation["reason"] = outcome.unresolvable[node_name]
@@ -127,6 +156,81 @@ class DebugViews:
                 explanation["fits"] = False
             out["nodes"].append(explanation)
         return out
+
+
+def _classic_summary(pending: Sequence[PendingClassic], context: PodSchedulingContext | None) -> dict[str, Any]:
+    """The pod's pending classic claims, their drivers' answers and the context, as explain shows
+    them: whether the node chosen at bind may be selected for the drivers now (the trigger rule),
+    or the pod waits for the drivers (what the filter answers then)."""
+    selectable = may_select(pending)
+    claims: list[dict[str, Any]] = []
+    for entry in pending:
+        item: dict[str, Any] = {
+            "claim": entry.claim.key,
+            "podClaimName": entry.pod_claim_name,
+            "driver": entry.claim.controller,
+            "answered": entry.unsuitable is not None,
+        }
+        if entry.unsuitable is not None:
+            item["unsuitableNodes"] = sorted(entry.unsuitable)
+        claims.append(item)
+    summary: dict[str, Any] = {
+        "claims": claims,
+        "context": None
+        if context is None
+        else {"selectedNode": context.selected_node, "potentialNodes": list(context.potential_nodes)},
+        "maySelect": selectable,
+    }
+    if selectable:
+        summary["message"] = "the node chosen at bind is selected for the drivers, which allocate the claims for it"
+    else:
+        summary["message"] = WAITING_FOR_DRIVER
+        summary["waitingFor"] = [entry.claim.key for entry in pending if entry.unsuitable is None]
+    return summary
+
+
+def _explain_classic_node(
+    explanation: dict[str, Any], claims: PodClaims, node: NodeInfo, context: PodSchedulingContext | None
+) -> None:
+    """Add the node's classic part (``explanation["classic"]``): per pending claim, whether the
+    filter's deny-list lets the node pass and why. When the structured claims fit, the node's
+    ``message`` and ``detail`` become the classic reason, or the wait for the drivers."""
+    potential = frozenset(context.potential_nodes) if context is not None else frozenset()
+    entries: list[dict[str, Any]] = []
+    first_problem = ""
+    for entry in claims.classic:
+        verdict, message = _classic_verdict(entry, node, potential)
+        entries.append(
+            {"claim": entry.claim.key, "driver": entry.claim.controller, "verdict": verdict, "message": message}
+        )
+        if not first_problem and verdict in (CLASSIC_EXCLUDED, CLASSIC_UNSUITABLE):
+            first_problem = f"claim {entry.claim.key} (driver {entry.claim.controller}): {message}"
+    problem = node_problem(claims.classic, node)
+    explanation["classic"] = {"reason": problem.reason if problem is not None else "", "claims": entries}
+    if not explanation["fits"]:
+        return  # the structured claims' explanation comes first
+    if problem is not None:
+        explanation["message"] = problem.reason
+        explanation["detail"] = first_problem
+    elif not may_select(claims.classic):
+        unanswered = [entry for entry in claims.classic if entry.unsuitable is None]
+        explanation["message"] = WAITING_FOR_DRIVER
+        explanation["detail"] = "no answer yet from the driver of " + ", ".join(
+            f"claim {entry.claim.key} ({entry.claim.controller})" for entry in unanswered
+        )
+
+
+def _classic_verdict(entry: PendingClassic, node: NodeInfo, potential: frozenset[str]) -> tuple[str, str]:
+    problem = node_problem([entry], node)
+    if problem is not None:
+        if problem.reason == EXCLUDED_BY_CLASS:
+            return CLASSIC_EXCLUDED, problem.reason
+        return CLASSIC_UNSUITABLE, problem.reason
+    if entry.unsuitable is None:
+        return CLASSIC_NOT_ANSWERED, "the driver has not answered yet; the node passes (the driver decides at bind)"
+    if node.name in potential:
+        return CLASSIC_SUITABLE, "the driver did not list the node as unsuitable"
+    return CLASSIC_NOT_ASKED, "not among the published potentialNodes: the driver was not asked about the node yet"
 
 
 def _attribute_json(value: object) -> object:
