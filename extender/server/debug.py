@@ -66,7 +66,7 @@ async def debug_node(request: web.Request) -> web.Response:
 async def debug_scheduling_context(request: web.Request) -> web.Response:
     """The pod's PodSchedulingContext (classic DRA) as the backend's store holds it: the raw object."""
     namespace, name = request.match_info["namespace"], request.match_info["name"]
-    context = request.app[SERVICE].views.scheduling_context(namespace, name)
+    context = request.app[SERVICE].debug_scheduling_context(namespace, name)
     if context is None:
         return json_error(404, f"podschedulingcontext {namespace}/{name} not found")
     return json_response(context)

@@ -257,6 +257,9 @@ class SchedulingService:
     def debug_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.views.pod(namespace, name)
 
+    def debug_scheduling_context(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.views.scheduling_context(namespace, name)
+
     def debug_node(self, node_name: str) -> dict[str, Any]:
         return self.views.node(node_name)
 

@@ -51,6 +51,7 @@ class FakeService:
     raise_on: dict[str, BaseException] = field(default_factory=dict)
     claims: dict[str, dict[str, Any]] = field(default_factory=dict)
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
+    contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     warmed_up: int = 0
     observed_nodes: list[str] = field(default_factory=list)
@@ -110,6 +111,9 @@ class FakeService:
 
     def debug_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.pods.get(f"{namespace}/{name}")
+
+    def debug_scheduling_context(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.contexts.get(f"{namespace}/{name}")
 
     def debug_node(self, node: str) -> dict[str, Any]:
         return {"node": node, "labels": {}, "pools": [], "devices": []}
