@@ -33,6 +33,7 @@ from aiohttp import web
 from extender.backends.embedded import EmbeddedBackend
 from extender.cli import main
 from extender.core.answers import CANNOT_ALLOCATE, NO_CLASS_DEVICES, NOT_AVAILABLE
+from extender.core.classic import EXCLUDED_BY_CLASS, UNSUITABLE
 from extender.server.app import create_app
 from extender.state.ledger import InFlightLedger
 from extender.state.service import SchedulingService
@@ -230,6 +231,34 @@ def _check_template_pod(body: Any) -> None:
     assert status["resourceClaimName"].startswith("notebook-3-slice-")
 
 
+FPGA_POD_UID = "7f000000-0000-4000-8000-00000000000d"
+
+
+def _check_classic_filter(body: Any) -> None:
+    assert body["NodeNames"] == ["node-3", "node-4"]  # the class's suitableNodes; no driver answer yet
+    assert body["FailedAndUnresolvableNodes"] == dict.fromkeys(["node-1", "node-2"], EXCLUDED_BY_CLASS)
+
+
+def _check_classic_context(body: Any) -> None:
+    [owner] = body["metadata"]["ownerReferences"]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("Pod", FPGA_POD_UID, True)
+    assert body["spec"] == {"potentialNodes": ["node-3", "node-4"]}  # published by the filter
+    assert body["status"]["resourceClaims"] == [{"name": "fpga", "unsuitableNodes": ["node-3"]}]  # the driver
+
+
+def _check_classic_filter_again(body: Any) -> None:
+    assert body["NodeNames"] == ["node-4"]
+    assert body["FailedAndUnresolvableNodes"]["node-3"] == UNSUITABLE
+
+
+def _check_classic_claim(body: Any) -> None:
+    allocation = body["status"]["allocation"]
+    assert allocation["controller"] == "fpga.example.com"  # allocated by the driver, not the extender
+    assert allocation["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["node-4"]
+    assert body["status"]["reservedFor"] == [{"resource": "pods", "name": "fpga-pod", "uid": FPGA_POD_UID}]
+    assert body["metadata"]["finalizers"] == ["fpga.example.com/deletion-protection"]
+
+
 CHECKS: dict[str, Callable[[Any], None]] = {
     "filter": _check_filter,
     "filter-nodes": _check_filter_nodes,
@@ -246,6 +275,11 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "shared-filter": _check_shared_filter,
     "template-filter": _check_template_filter,
     "template-pod": _check_template_pod,
+    "classic-filter": _check_classic_filter,
+    "classic-context": _check_classic_context,
+    "classic-filter-again": _check_classic_filter_again,
+    "classic-bind": _check_bind,
+    "classic-claim": _check_classic_claim,
 }
 TEXT_CHECKS: dict[str, Callable[[str], None]] = {"metrics": _check_metrics}
 
