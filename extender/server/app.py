@@ -83,6 +83,7 @@ async def backend_lifecycle(app: web.Application) -> AsyncIterator[None]:
             warming.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await warming
+        await app[SERVICE].stop()
         await backend.stop()
         log.info("backend.stopped", backend=type(backend).__name__)
 

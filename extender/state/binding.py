@@ -150,7 +150,9 @@ class Binder:
         try:
             decision = await cooperative.run(self._decide, pod, node_name)
             if decision is None:
-                return  # a retry after success: nothing left to do
+                # a retry after success: nothing left to do but what the first may not have done
+                await self._end_negotiation(pod, deadline)
+                return
             try:
                 if decision.claims.provisional:
                     decision = await self._with_created_claims(decision, writes_by)
@@ -169,11 +171,22 @@ class Binder:
             self.binding.discard(actual_uid)
         # Entries leave the ledger once the store shows the allocations (reconcile).
         self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
-        if decision.claims.pod_key in self.store.scheduling_contexts:
-            # classic DRA: the negotiation is over (within the deadline: a failure only logs)
+        await self._end_negotiation(decision.pod, deadline)
+
+    async def _end_negotiation(self, pod: Mapping[str, Any], deadline: float) -> None:
+        """Classic DRA: the pod is bound, its context has done its work. Deleted within the
+        deadline (a failure only logs: the garbage collector removes it with the pod), after any
+        publish still under way, which could otherwise recreate it."""
+        key = "/".join(pod_identity(pod)[:2])
+        if key not in self.store.scheduling_contexts and not self.classic.publishing(key):
+            return
+        try:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout_at(deadline):
-                    await self.classic.delete_context(decision.pod)
+                    await self.classic.quiesce(pod, deadline)
+                    await self.classic.delete_context(pod)
+        finally:
+            self.classic.resume(pod)
 
     async def _read_pod(self, namespace: str, name: str, writes_by: float) -> Mapping[str, Any]:
         timeout = asyncio.timeout_at(writes_by)

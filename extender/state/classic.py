@@ -30,9 +30,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import structlog
@@ -45,7 +45,7 @@ from extender.core.classic import (
     node_problem,
     potential_nodes,
 )
-from extender.core.errors import ExtenderError, ObjectNotFound, Transient, WriteConflict
+from extender.core.errors import DeadlineExceeded, ExtenderError, ObjectNotFound, Transient, WriteConflict
 from extender.core.model import ResourceClaim
 from extender.state.claims import PodClaims, pod_identity
 from extender.state.cluster import ClusterView
@@ -56,6 +56,8 @@ __all__ = ["CONTEXT_API_VERSION", "ClassicNegotiator", "ClassicStats"]
 log = structlog.get_logger()
 
 CONTEXT_API_VERSION = "resource.k8s.io/v1alpha3"
+
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -87,9 +89,12 @@ class ClassicNegotiator:
         self.store = cluster.store
         self.rng = rng if rng is not None else random.Random()
         self.stats = ClassicStats(publishes={}, publish_failures={})
-        # Per pod key: the potentialNodes to publish next, and the task publishing them.
+        # Per pod key: the potentialNodes to publish next, the task publishing them, why the last
+        # publish failed (told in the pod's "waiting" answer), and the pods whose bind writes.
         self._wanted: dict[str, tuple[Mapping[str, Any], tuple[str, ...]]] = {}
         self._publishers: dict[str, asyncio.Task[None]] = {}
+        self._publish_failed: dict[str, str] = {}
+        self._binding: set[str] = set()
         # Binds waiting for a driver, by namespace (``_changed`` wakes them).
         self._waiters: dict[str, set[asyncio.Event]] = {}
         self.store.claim_listeners.append(self._changed)
@@ -115,14 +120,21 @@ class ClassicNegotiator:
         context = self.store.scheduling_contexts.get(claims.pod_key)
         if publish and passing and not covers(context.potential_nodes if context is not None else (), passing):
             self.publish_potential(pod, potential_nodes(passing, self.rng))
-        if not may_select(claims.classic):
-            return FilterOutcome([], error=WAITING_FOR_DRIVER)
-        return FilterOutcome(passing, failed=dict(outcome.failed), unresolvable=unresolvable)
+        narrowed = FilterOutcome(passing, failed=dict(outcome.failed), unresolvable=unresolvable)
+        if not passing or may_select(claims.classic):
+            # no node left: waiting for drivers that are asked about none would never end
+            return narrowed
+        failure = self._publish_failed.get(claims.pod_key)
+        return FilterOutcome(
+            [], error=WAITING_FOR_DRIVER + (f" (publishing potentialNodes failed: {failure})" if failure else "")
+        )
 
     def publish_potential(self, pod: Mapping[str, Any], nodes: tuple[str, ...]) -> None:
         """Queue a write of ``potentialNodes``: one publisher per pod, which writes the latest
         list wanted when it gets to it (a newer filter replaces an older wish)."""
         key = "/".join(pod_identity(pod)[:2])
+        if key in self._binding:
+            return  # its bind writes the context now
         self._wanted[key] = (pod, nodes)
         if key in self._publishers:
             return
@@ -134,20 +146,49 @@ class ClassicNegotiator:
 
     async def _publish_wanted(self, key: str) -> None:
         try:
-            while key in self._wanted:
+            while key in self._wanted and key not in self._binding:
                 pod, nodes = self._wanted.pop(key)
                 context = self.store.scheduling_contexts.get(key)
                 ours = context is not None and context.owner_uid == pod_identity(pod)[2]
                 if ours and context is not None and context.potential_nodes == nodes:
                     continue
+                stored = self.store.pods.get(key)
+                if stored is not None and (stored.get("spec") or {}).get("nodeName"):
+                    continue  # bound meanwhile: the negotiation is over
                 try:
                     await self.backend.ensure_leader()
                     await self.write_context(pod, potential=nodes)
                 except ExtenderError as exc:
+                    self._publish_failed[key] = exc.reason
                     self.stats.count(self.stats.publish_failures, type(exc).__name__)
                     log.info("classic.publish_failed", pod=key, reason=exc.reason)
+                else:
+                    self._publish_failed.pop(key, None)
         finally:
             self._publishers.pop(key, None)
+
+    async def quiesce(self, pod: Mapping[str, Any], until: float) -> None:
+        """Stop publishing for a pod whose bind writes its context now: a queued publish is
+        dropped (its list returned by ``_take_wanted``), one under way is waited for (at most
+        until the loop time ``until``), so that no late write overtakes the bind's or recreates a
+        context the bind deleted. ``resume`` ends it."""
+        key = "/".join(pod_identity(pod)[:2])
+        self._binding.add(key)
+        task = self._publishers.get(key)
+        if task is not None:
+            remaining = until - asyncio.get_running_loop().time()
+            await asyncio.wait([task], timeout=max(0.0, remaining))
+
+    def publishing(self, key: str) -> bool:
+        """Whether a publish for the pod ``namespace/name`` is queued or under way."""
+        return key in self._publishers or key in self._wanted
+
+    def resume(self, pod: Mapping[str, Any]) -> None:
+        self._binding.discard("/".join(pod_identity(pod)[:2]))
+
+    def _take_wanted(self, key: str) -> tuple[str, ...] | None:
+        wanted = self._wanted.pop(key, None)
+        return None if wanted is None else wanted[1]
 
     async def idle(self) -> None:
         """Wait until no publish is queued or running (tests and orderly shutdown)."""
@@ -180,7 +221,12 @@ class ClassicNegotiator:
         written: dict[str, Any]
         try:
             if stored is None:
-                written = await self._create(pod, potential, selected)
+                try:
+                    written = await self._create(pod, potential, selected)
+                except WriteConflict as exc:
+                    # It exists, and the store has not shown it: whose it is is unknown (an older
+                    # pod's?), so it is not applied over; the next attempt reads it.
+                    raise Transient(f"PodSchedulingContext {key} exists already: {exc.reason}") from exc
             else:
                 new = _json_copy(stored)
                 spec = new.setdefault("spec", {})
@@ -200,6 +246,9 @@ class ClassicNegotiator:
             if selected is None:
                 selected = current.selected_node if current is not None else ""
             body = self._new_context(pod, potential, selected)
+            # Both fields, even empty: apply removes an omitted field only if this manager
+            # owned it, and an update (another manager) set it.
+            body["spec"] = {"potentialNodes": list(potential), "selectedNode": selected}
             written = await self.backend.apply_scheduling_context(body)
         self.stats.count(self.stats.publishes, what)
         log.info("classic.published", pod=key, field=what, node=selected, potential=len(potential or ()))
@@ -278,17 +327,20 @@ class ClassicNegotiator:
         # A pod the store shows now and no longer shows later was deleted (one the watch has not
         # shown yet is simply not there yet).
         in_store = f"{namespace}/{name}" in self.store.pods
-        # a potentialNodes publish still queued goes out in the same write
-        wanted = self._wanted.pop(f"{namespace}/{name}", None)
         try:
-            await self.write_context(pod, selected=node, potential=wanted[1] if wanted is not None else None)
+            await self.quiesce(pod, until)
+            # a potentialNodes publish still queued goes out in the same write
+            wanted = self._take_wanted(f"{namespace}/{name}")
+            await _within(until, self.write_context(pod, selected=node, potential=wanted), "selecting the node")
             self.stats.waits += 1
             while True:
                 event.clear()
                 try:
                     current = self._driver_progress(pod, claims, node, in_store)
                 except _Unsuitable:
-                    await self.clear_selection(pod)  # so that the driver stops trying the node
+                    # so that the driver stops trying the node (best effort, within the deadline)
+                    with contextlib.suppress(DeadlineExceeded, ExtenderError):
+                        await _within(until, self.clear_selection(pod), "clearing the node")
                     raise
                 if current is not None:
                     return current
@@ -300,6 +352,7 @@ class ClassicNegotiator:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), remaining)
         finally:
+            self.resume(pod)
             self.stats.wait_seconds += loop.time() - started
             waiters = self._waiters.get(namespace)
             if waiters is not None:
@@ -341,7 +394,8 @@ class ClassicNegotiator:
             event.set()
 
     async def clear_selection(self, pod: Mapping[str, Any]) -> None:
-        """Best effort: unset ``selectedNode`` so that no driver allocates for it any more."""
+        """Unset ``selectedNode`` so that no driver allocates for it any more; raises when the
+        write fails (logged)."""
         context = self.store.scheduling_contexts.get("/".join(pod_identity(pod)[:2]))
         if context is None or not context.selected_node:
             return
@@ -349,13 +403,14 @@ class ClassicNegotiator:
             await self.write_context(pod, selected="")
         except ExtenderError as exc:
             log.info("classic.clear_failed", pod="/".join(pod_identity(pod)[:2]), reason=exc.reason)
+            raise
 
     # --- recovery -------------------------------------------------------------------------------------
 
     async def request_deallocation(self, pod: Mapping[str, Any], claim: ResourceClaim) -> None:
         """Ask the driver to deallocate a classic claim only this pod may use: first no node
-        selected (the driver would allocate for it again at once), then ``reservedFor`` emptied
-        and ``deallocationRequested`` set, in one write."""
+        selected (the driver would allocate for it again at once: a failure to clear it stops
+        here), then ``reservedFor`` emptied and ``deallocationRequested`` set, in one write."""
         await self.clear_selection(pod)
         uid = pod_identity(pod)[2]
         raw = await self.backend.get_claim(claim.namespace, claim.name)
@@ -368,6 +423,18 @@ class ClassicNegotiator:
         status["deallocationRequested"] = True
         await self.backend.update_claim_status(raw)
         self.stats.deallocations += 1
+
+
+async def _within(until: float, write: Awaitable[T], step: str) -> T:
+    """``write`` within the bind's time (loop time ``until``): ``DeadlineExceeded`` after."""
+    timeout = asyncio.timeout_at(until)
+    try:
+        async with timeout:
+            return await write
+    except TimeoutError:
+        if not timeout.expired():
+            raise
+        raise DeadlineExceeded(f"bind deadline passed while {step} for the resource drivers") from None
 
 
 class _Unsuitable(Transient):

@@ -242,6 +242,10 @@ class SchedulingService:
         self.stats.binds_ok += 1
         log.info("bind.finished", pod=f"{namespace}/{name}", node=node_name, outcome="bound")
 
+    async def stop(self) -> None:
+        """Stop the service's background work (classic DRA publishes) before the backend stops."""
+        await self.classic.stop()
+
     # --- debug and warm-up ---------------------------------------------------------------------
 
     def explain(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:

@@ -54,6 +54,7 @@ class FakeService:
     contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     warmed_up: int = 0
+    stopped: int = 0
     observed_nodes: list[str] = field(default_factory=list)
     ledger: InFlightLedger = field(default_factory=InFlightLedger)
     stats: ServiceStats = field(default_factory=ServiceStats)
@@ -111,6 +112,9 @@ class FakeService:
 
     def debug_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.pods.get(f"{namespace}/{name}")
+
+    async def stop(self) -> None:
+        self.stopped += 1  # not a verb: kept out of ``calls``
 
     def debug_scheduling_context(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.contexts.get(f"{namespace}/{name}")

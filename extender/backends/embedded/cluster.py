@@ -107,7 +107,9 @@ class EmbeddedBackend:
         """Nothing to start: everything was loaded in the constructor."""
 
     async def stop(self) -> None:
-        """Nothing to stop."""
+        """Stop the simulated classic drivers (their queues; the cluster keeps its state)."""
+        for driver in self.classic_drivers.values():
+            await driver.stop()
 
     # --- Backend protocol: reads ----------------------------------------------------------------
 

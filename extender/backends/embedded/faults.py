@@ -20,7 +20,20 @@ from dataclasses import dataclass
 __all__ = ["OPERATIONS", "FaultInjector"]
 
 #: The operations the embedded backend checks, by method name.
-OPERATIONS = frozenset({"get_claim", "get_pod", "update_claim", "update_claim_status", "bind_pod"})
+OPERATIONS = frozenset(
+    {
+        "get_claim",
+        "get_pod",
+        "update_claim",
+        "update_claim_status",
+        "bind_pod",
+        "create_scheduling_context",
+        "update_scheduling_context",
+        "update_scheduling_context_status",
+        "apply_scheduling_context",
+        "delete_scheduling_context",
+    }
+)
 
 Hook = Callable[[str], Awaitable[None]]
 

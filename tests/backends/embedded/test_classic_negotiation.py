@@ -14,7 +14,7 @@ import pytest
 from extender.backends.embedded import EmbeddedBackend
 from extender.backends.embedded.classic_driver import ClassicDriver
 from extender.core.classic import UNSUITABLE, WAITING_FOR_DRIVER
-from extender.core.errors import InvalidObject
+from extender.core.errors import ApiUnavailable, InvalidObject
 from extender.state.service import SchedulingService
 from tests.classic import (
     DRIVER,
@@ -350,3 +350,51 @@ async def test_the_negotiation_is_counted_in_the_metrics() -> None:
     assert 'dra_extender_classic_context_writes_total{field="potentialNodes"}' in text
     assert "dra_extender_classic_bind_waits_total 1.0" in text
     assert "dra_extender_classic_contexts_deleted_total 1.0" in text
+
+
+async def test_two_claims_and_no_node_left_answer_the_reasons_not_waiting() -> None:
+    """When no node passes, waiting for drivers that are asked about no node would never end:
+    the nodes' reasons are the answer."""
+    others = [allocated_by_driver(classic_claim(f"old{i}"), f"node-{i}", reserved_for=("x",)) for i in (1, 2)]
+    h = Harness(*others, classic_claim("c1"), classic_claim("c2"), pod("p1", "c1", "c2"), capacity=(1, 1))
+    outcome = await h.schedule("p1")
+    assert outcome.node is None
+    assert outcome.attempts[0].error == WAITING_FOR_DRIVER  # nothing known yet: the drivers are asked
+    assert not outcome.attempts[-1].error
+    assert outcome.attempts[-1].failed == dict.fromkeys(NODES, UNSUITABLE)
+
+
+async def test_a_repeated_bind_deletes_the_context_the_first_could_not() -> None:
+    h = Harness(classic_claim("c1"), pod("p1", "c1"))
+    h.backend.faults.fail("delete_scheduling_context", ApiUnavailable("injected"))
+    outcome = await h.schedule("p1")
+    assert outcome.node is not None and h.context("p1") is not None  # the delete failed (logged)
+    await h.service.bind("default", "p1", "uid-p1", outcome.node)  # kube-scheduler's retry
+    assert h.context("p1") is None
+
+
+async def test_a_deallocation_is_not_requested_while_the_node_stays_selected() -> None:
+    """Clearing selectedNode fails: asking for the deallocation now would have the driver allocate
+    on the same node again at once, so nothing is written and the attempt fails as before."""
+    claim = allocated_by_driver(classic_claim("c1"), "node-1")
+    context = {
+        "apiVersion": "resource.k8s.io/v1alpha3",
+        "kind": "PodSchedulingContext",
+        "metadata": {
+            "name": "p1",
+            "namespace": "default",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p1", "uid": "uid-p1", "controller": True}],
+        },
+        "spec": {"selectedNode": "node-1", "potentialNodes": ["node-1"]},
+    }
+    h = Harness(claim, pod("p1", "c1"), context)
+    h.backend.faults.fail("update_scheduling_context", ApiUnavailable("injected"), times=None)
+    raw = h.backend.get("Pod", "default", "p1")
+    assert raw is not None
+    outcome = await h.service.filter_and_recover(raw, ["node-2"])
+    assert not outcome.error and outcome.node_names == []
+    assert not h.claim("c1")["status"].get("deallocationRequested")
+    h.backend.faults.clear()
+    outcome = await h.service.filter_and_recover(raw, ["node-2"])
+    assert outcome.error == "deallocation of ResourceClaim default/c1 requested"
+    assert "selectedNode" not in (h.context("p1") or {})["spec"]

@@ -15,7 +15,7 @@ import pytest
 
 from extender.backends.kube import ClusterConfig, KubeBackend, KubeSettings
 from extender.core.classic import UNSUITABLE, WAITING_FOR_DRIVER
-from extender.core.errors import PodUnschedulable
+from extender.core.errors import DeadlineExceeded, PodUnschedulable
 from extender.state.service import SchedulingService
 from tests.classic import (
     DRIVER,
@@ -353,3 +353,63 @@ async def test_contexts_served_but_forbidden_leave_classic_pods_unschedulable(ai
         assert "DRAControlPlaneController" in outcome.attempts[0].error
         with pytest.raises(PodUnschedulable):
             await s.service.bind("default", "p1", "uid-p1", "node-1")
+
+
+async def test_a_slow_publish_neither_overtakes_the_bind_nor_outlives_it(aiohttp_server: Any) -> None:
+    """filter's potentialNodes publish (a POST taking 0.5 s) is still under way when the bind
+    comes: the bind waits for it, then selects the node; no context is left after the bind."""
+    fake = await serve(aiohttp_server)
+    async with classic_stack(fake, *cluster(classic_claim("c1"), pod("p1", "c1"))) as s:
+        fake.delay("POST", CONTEXTS, 0.5)
+        raw = fake.get_object("Pod", "default", "p1")
+        assert raw is not None
+        await s.service.filter_and_recover(raw, NODES)
+        await asyncio.sleep(0.05)  # the publisher's POST is on its way
+        await s.service.bind("default", "p1", "uid-p1", "node-1")
+        await s.settle()
+        await asyncio.sleep(0.6)
+        assert s.node_of("p1") == "node-1" and fake.contexts() == []
+        assert len([r for r in fake.requests if r.method == "POST" and CONTEXTS in r.path]) == 1
+
+
+async def test_the_bind_deadline_covers_the_context_writes(aiohttp_server: Any) -> None:
+    fake = await serve(aiohttp_server)
+    async with classic_stack(fake, *cluster(classic_claim("c1"), pod("p1", "c1")), bind_deadline_seconds=1.0) as s:
+        raw = fake.get_object("Pod", "default", "p1")
+        assert raw is not None
+        await s.service.filter_and_recover(raw, NODES)
+        await s.settle()
+        fake.delay("PUT", r"/podschedulingcontexts/p1$", 4.0)
+        async with asyncio.timeout(2.5):  # the deadline, not the slow write, ends the bind
+            with pytest.raises(DeadlineExceeded, match="while selecting the node"):
+                await s.service.bind("default", "p1", "uid-p1", "node-1")
+        assert len(s.service.ledger) == 0
+
+
+async def test_clearing_the_node_by_apply_sends_it_empty(aiohttp_server: Any) -> None:
+    """A clear whose update conflicts is applied with selectedNode "" (an omitted field would
+    stay: the update that set it made another manager its owner); then the deallocation."""
+    fake = await serve(aiohttp_server)
+    context = {
+        "apiVersion": "resource.k8s.io/v1alpha3",
+        "kind": "PodSchedulingContext",
+        "metadata": {
+            "name": "p1",
+            "namespace": "default",
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p1", "uid": "uid-p1", "controller": True}],
+        },
+        "spec": {"selectedNode": "node-1", "potentialNodes": ["node-1"]},
+    }
+    objects = cluster(allocated_by_driver(classic_claim("c1"), "node-1"), pod("p1", "c1"), context)
+    async with classic_stack(fake, *objects) as s:
+        await s.driver.crash()
+        fake.conflicts(r"/podschedulingcontexts/p1$", times=1)
+        raw = fake.get_object("Pod", "default", "p1")
+        assert raw is not None
+        outcome = await s.service.filter_and_recover(raw, ["node-2"])
+        assert outcome.error == "deallocation of ResourceClaim default/c1 requested"
+        [stored] = fake.contexts()
+        assert not stored["spec"].get("selectedNode")
+        [apply] = [r for r in fake.requests if r.method == "PATCH" and CONTEXTS in r.path]
+        assert apply.body["spec"]["selectedNode"] == ""
+        assert s.claim("c1")["status"]["deallocationRequested"] is True
