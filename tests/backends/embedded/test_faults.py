@@ -53,6 +53,14 @@ async def test_faults_without_a_count_last_until_cleared() -> None:
     assert (await backend.get_claim("default", "claim-0"))["metadata"]["name"] == "claim-0"
 
 
+CONTEXT = {
+    "apiVersion": "resource.k8s.io/v1alpha3",
+    "kind": "PodSchedulingContext",
+    "metadata": {"name": "pod-0", "namespace": "default"},
+    "spec": {"selectedNode": "node-1"},
+}
+
+
 @pytest.mark.parametrize("operation", sorted(OPERATIONS))
 async def test_every_operation_checks_the_injector(operation: str) -> None:
     backend = basic_backend(pod())
@@ -64,6 +72,11 @@ async def test_every_operation_checks_the_injector(operation: str) -> None:
         "update_claim": lambda: backend.update_claim(current),
         "update_claim_status": lambda: backend.update_claim_status(current),
         "bind_pod": lambda: backend.bind_pod("default", "pod-0", "pod-uid-0", "node-1"),
+        "create_scheduling_context": lambda: backend.create_scheduling_context(CONTEXT),
+        "update_scheduling_context": lambda: backend.update_scheduling_context(CONTEXT),
+        "update_scheduling_context_status": lambda: backend.update_scheduling_context_status(CONTEXT),
+        "apply_scheduling_context": lambda: backend.apply_scheduling_context(CONTEXT),
+        "delete_scheduling_context": lambda: backend.delete_scheduling_context("default", "pod-0"),
     }
     with pytest.raises(ApiUnavailable, match=f"{operation} failed"):
         await calls[operation]()
