@@ -398,3 +398,22 @@ async def test_a_deallocation_is_not_requested_while_the_node_stays_selected() -
     outcome = await h.service.filter_and_recover(raw, ["node-2"])
     assert outcome.error == "deallocation of ResourceClaim default/c1 requested"
     assert "selectedNode" not in (h.context("p1") or {})["spec"]
+
+
+async def test_a_classic_claim_made_from_a_template() -> None:
+    """The resourceclaim controller makes the claim from its template; the driver allocates it
+    once it exists (a classic claim is never answered from its template alone)."""
+    template = {
+        "apiVersion": "resource.k8s.io/v1alpha3",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "fpga", "namespace": "default"},
+        "spec": {"spec": classic_claim("x")["spec"]},
+    }
+    raw = pod("p1")
+    raw["spec"]["resourceClaims"] = [{"name": "fpga", "resourceClaimTemplateName": "fpga"}]
+    h = Harness(template, raw)
+    outcome = await h.schedule("p1")
+    assert outcome.node is not None
+    [claim] = h.backend.list_objects("ResourceClaim")
+    assert allocated_node(claim) == outcome.node
+    assert claim["status"]["reservedFor"] == [{"resource": "pods", "name": "p1", "uid": "uid-p1"}]
