@@ -13,8 +13,19 @@ What it emulates (each piece documented where it lives):
 - discovery (``/api``, ``/apis``, ``/apis/<group>[/<version>]``, ``/api/v1``, ``/version``) with
   configurable served resource.k8s.io versions (``resources.py``);
 - collections of resource.k8s.io (deviceclasses, resourceclaims, resourceclaimtemplates,
-  resourceslices), core v1 (pods with ``status`` and ``binding``, nodes, namespaces, events),
-  events.k8s.io/v1 events, coordination.k8s.io/v1 leases, and SelfSubjectAccessReview;
+  resourceslices), core v1 (pods with ``status``, ``binding`` and ``eviction``, nodes,
+  namespaces, events), events.k8s.io/v1 events, coordination.k8s.io/v1 leases, policy/v1
+  poddisruptionbudgets (+``status``), and SelfSubjectAccessReview;
+- the Eviction API (``disruption.py``): ``POST pods/NAME/eviction`` (RBAC ``create`` on
+  ``pods/eviction``) with a policy/v1 Eviction body answers 201 Success and deletes the pod as a
+  DELETE does (after adding the DisruptionTarget condition), spending one
+  ``status.disruptionsAllowed`` of the one PodDisruptionBudget whose selector matches (and
+  recording the pod in ``status.disruptedPods``); 404 for an absent pod, 409 for a failed
+  ``deleteOptions.preconditions`` uid/resourceVersion, 429 TooManyRequests (cause
+  ``DisruptionBudget``) when the budget allows no disruption, 500 when several budgets match;
+  Pending, Succeeded, Failed and terminating pods skip the budgets, and unready pods may. No
+  disruption controller runs: tests write budget statuses (``put_object``) or compute them from
+  the pods with ``sync_disruption_budgets()``; eviction only decrements them;
 - classic DRA of Kubernetes 1.31 (``classic=True``, the DRAControlPlaneController gate, with
   v1alpha3 served): ``podschedulingcontexts`` (+``status``) in resource.k8s.io/v1alpha3, the
   gated claim and class fields kept, 1.31's v1alpha3 validation; with the gate off the collection
@@ -24,19 +35,21 @@ What it emulates (each piece documented where it lives):
   WATCH replay, bookmarks and 410 after compaction (``storage.py``, ``registry.py``,
   ``watches.py``);
 - write semantics: 409 on stale updates, status subresource, finalizers, binding, claim status
-  validation (``registry.py``, ``validation.py``), PATCH (``patches.py``), server-side apply of
+  and PodDisruptionBudget validation (``registry.py``, ``validation.py``, ``disruption.py``), PATCH
+  (``patches.py``; e.g. a merge or strategic merge patch of ``pods/NAME/status`` setting
+  ``status.nominatedNodeName``, with ``metadata.uid`` as a precondition), server-side apply of
   PodSchedulingContexts only, simplified: per-manager ownership of top-level spec fields,
   conflicts, ``force`` (``apply.py``);
-- garbage collection of a deleted pod's PodSchedulingContexts and ResourceClaims (controller
-  owner references), synchronous with the pod's removal (``registry.py``);
+- garbage collection of a deleted (or evicted) pod's PodSchedulingContexts and ResourceClaims
+  (controller owner references), synchronous with the pod's removal (``registry.py``);
 - bearer-token auth (401), RBAC-like denials (403 naming verb and resource);
 - scripted faults (``faults.py``): fail N requests, delay, hang, drop watches; ``restart()``.
 
 Every request is recorded in ``fake.requests`` (method, path, query, body, status).
 Deliberate simplifications: no defaulting, no managedFields (apply's ownership is a side table),
 no server-side apply for other kinds (415), no deleteCollection, no graceful pod deletion (pods go
-at once unless they have finalizers), no conversion between resource.k8s.io versions of
-different shapes.
+at once unless they have finalizers, evicted ones too), no disruption controller, no conversion
+between resource.k8s.io versions of different shapes.
 """
 
 from __future__ import annotations
@@ -54,6 +67,7 @@ from aiohttp import web
 
 from . import status as st
 from .apply import APPLY_PATCH, default_manager, missing_field_manager, parse_apply_body
+from .disruption import sync_status
 from .faults import FaultRule, Faults
 from .registry import ListOptions, Registry, now_timestamp, resource_for_kind, watch_event
 from .resources import (
@@ -252,6 +266,24 @@ class FakeApiServer:
         {manager: sorted field names}, Update managers as ``"name (Update)"`` (``apply.py``)."""
         obj = self.get_object(kind, namespace, name)
         return {} if obj is None else self.registry.owners.owned(str(obj["metadata"].get("uid")))
+
+    def sync_disruption_budgets(self, namespace: str | None = None) -> int:
+        """One pass of the disruption controller (there is none running): every
+        PodDisruptionBudget (of one namespace) gets the status computed from the current pods
+        (``disruption.sync_status``: expectedPods, desiredHealthy, currentHealthy,
+        disruptionsAllowed, observedGeneration, the DisruptionAllowed condition; disruptedPods of
+        pods gone or being deleted dropped). Watchers see MODIFIED for each changed one. Returns
+        how many changed."""
+        rt = resource_for_kind("PodDisruptionBudget")
+        changed = 0
+        for (pdb_namespace, name), pdb in sorted(self.storage.current((rt.group, rt.plural)).items()):
+            if namespace is not None and pdb_namespace != namespace:
+                continue
+            status = sync_status(self.registry, pdb)
+            if status is not pdb.get("status"):
+                self.storage.commit((rt.group, rt.plural), (pdb_namespace, name), {**pdb, "status": status})
+                changed += 1
+        return changed
 
     def collect_garbage(self) -> int:
         """Delete the PodSchedulingContexts and ResourceClaims whose controlling Pod is gone
@@ -543,6 +575,8 @@ class FakeApiServer:
             return _json(registry.get(rt, target.version, ns, name))
         if verb == "create" and target.subresource == "binding":
             return _json(registry.bind(ns, name, body), status=201)
+        if verb == "create" and target.subresource == "eviction":
+            return _json(registry.evict(ns, name, body), status=201)
         if verb == "create":
             created = registry.create(rt, target.version, ns, body, manager=manager)
             return _json(registry.serve(rt, target.version, created), status=201)
@@ -710,6 +744,10 @@ def _is_apply(request: web.Request) -> bool:
 
 def _verb(method: str, target: Target, is_watch: bool) -> str:
     """The RBAC verb of a request (``get``/``list``/``watch``/``create``/...)."""
+    if target.name and target.subresource in ("binding", "eviction"):
+        if method != "POST":
+            raise st.method_not_allowed(method, f"pods/{target.subresource}")
+        return "create"
     if method == "GET":
         if target.name:
             if is_watch:
@@ -718,10 +756,6 @@ def _verb(method: str, target: Target, is_watch: bool) -> str:
                 )
             return "get"
         return "watch" if is_watch else "list"
-    if target.name and target.subresource == "binding":
-        if method != "POST":
-            raise st.method_not_allowed(method, "pods/binding")
-        return "create"
     if (method == "POST" and not target.name and target.namespace) or (
         method == "POST" and not target.rt.namespaced and not target.name
     ):

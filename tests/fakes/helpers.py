@@ -9,10 +9,11 @@ from typing import Any
 import aiohttp
 import orjson
 
-__all__ = ["CLAIMS", "PODS", "Watch", "allocation", "call", "claim", "pod"]
+__all__ = ["CLAIMS", "PDBS", "PODS", "Watch", "allocation", "call", "claim", "eviction", "pdb", "pod"]
 
 CLAIMS = "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims"
 PODS = "/api/v1/namespaces/default/pods"
+PDBS = "/apis/policy/v1/namespaces/default/poddisruptionbudgets"
 
 
 async def call(
@@ -45,7 +46,11 @@ def claim(name: str, *, namespace: str = "default", finalizers: list[str] | None
     return raw
 
 
-def pod(name: str, *, node: str = "", labels: dict[str, str] | None = None) -> dict[str, Any]:
+def pod(
+    name: str, *, node: str = "", labels: dict[str, str] | None = None, phase: str = "", ready: bool = False
+) -> dict[str, Any]:
+    """A pod manifest; ``phase`` / ``ready`` give it a status (kept by ``put_object``, reset to
+    Pending by an HTTP create): ``ready`` means phase Running with a Ready=True condition."""
     raw: dict[str, Any] = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -54,6 +59,54 @@ def pod(name: str, *, node: str = "", labels: dict[str, str] | None = None) -> d
     }
     if node:
         raw["spec"]["nodeName"] = node
+    if phase or ready:
+        raw["status"] = {"phase": phase or "Running"}
+        if ready:
+            raw["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastProbeTime": None}]
+    return raw
+
+
+def pdb(
+    name: str,
+    labels: dict[str, str] | None = None,
+    *,
+    min_available: int | str | None = None,
+    max_unavailable: int | str | None = None,
+    disruptions_allowed: int | None = None,
+    namespace: str = "default",
+) -> dict[str, Any]:
+    """A policy/v1 PodDisruptionBudget selecting ``labels`` (matchLabels; None: no selector);
+    ``disruptions_allowed`` gives it the status a test writes with ``put_object``."""
+    spec: dict[str, Any] = {}
+    if labels is not None:
+        spec["selector"] = {"matchLabels": labels}
+    if min_available is not None:
+        spec["minAvailable"] = min_available
+    if max_unavailable is not None:
+        spec["maxUnavailable"] = max_unavailable
+    raw: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": spec,
+    }
+    if disruptions_allowed is not None:
+        raw["status"] = {"disruptionsAllowed": disruptions_allowed}
+    return raw
+
+
+def eviction(name: str, *, uid: str | None = None, namespace: str = "default", **delete_options: Any) -> dict[str, Any]:
+    """A policy/v1 Eviction body; ``uid`` becomes ``deleteOptions.preconditions.uid``."""
+    raw: dict[str, Any] = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": name, "namespace": namespace},
+    }
+    options = dict(delete_options)
+    if uid is not None:
+        options.setdefault("preconditions", {})["uid"] = uid
+    if options:
+        raw["deleteOptions"] = options
     return raw
 
 

@@ -4,7 +4,8 @@
 per-type strategies do: system metadata set on create (uid, creationTimestamp, generation), the
 optimistic-concurrency preconditions of update (409 Conflict on a stale resourceVersion, 422 when
 it is missing), ``status`` taken only through the status subresource, finalizers delaying
-deletion, the ``pods/binding`` subresource, LIST paging with consistent ``continue`` tokens and
+deletion, the ``pods/binding`` and ``pods/eviction`` subresources (eviction with its
+PodDisruptionBudget rules in ``disruption.py``), LIST paging with consistent ``continue`` tokens and
 the initial part of WATCH. Errors are ``ApiError`` carrying the real Status body.
 
 Per-type strategy parts live with their rules: validation in ``validation.py``, the fields the
@@ -44,6 +45,7 @@ import orjson
 from . import status as st
 from .apply import APPLY, FieldOwners, Manager, plan_apply, spec_of, updated_owners
 from .classic import drop_disabled_fields
+from .disruption import check_pdb_spec, check_pdb_status, evict
 from .resources import CATALOG, RESOURCE_GROUP, ResourceType, shape_family
 from .selectors import Selector, match_all
 from .status import FieldError
@@ -540,6 +542,11 @@ class Registry:
         self.storage.commit((pods.group, pods.plural), (namespace, name), new)
         return st.success(201)
 
+    def evict(self, namespace: str, name: str, body: Any) -> dict[str, Any]:
+        """``POST pods/NAME/eviction``: PodDisruptionBudgets checked and spent, then the pod deleted
+        like a DELETE (``disruption.py``). Returns the Success Status."""
+        return evict(self, namespace, name, body)
+
     def put(self, raw: dict[str, Any]) -> dict[str, Any]:
         """Direct write for tests (no admission, no validation): create or replace the whole
         object, status included, keeping uid and creationTimestamp of an existing one."""
@@ -620,6 +627,8 @@ class Registry:
         errors += check_immutable_spec(rt.kind, old, new)
         if rt.kind == "PodSchedulingContext":
             errors += check_pod_scheduling_spec(new)
+        if rt.kind == "PodDisruptionBudget":
+            errors += check_pdb_spec(new)
         return errors
 
     def _check_apply_preconditions(self, rt: ResourceType, old: dict[str, Any], meta: dict[str, Any]) -> None:
@@ -790,6 +799,8 @@ def _object_errors(rt: ResourceType, version: str, obj: dict[str, Any]) -> list[
         return check_pod_scheduling_spec(obj)
     if rt.kind == "ResourceClaim":
         return check_claim_spec(version, obj)
+    if rt.kind == "PodDisruptionBudget":
+        return check_pdb_spec(obj)
     return []
 
 
@@ -799,6 +810,8 @@ def _status_errors(rt: ResourceType, version: str, old: dict[str, Any], new: dic
         return check_claim_status(old, new.get("status") or {}, version=version)
     if rt.kind == "PodSchedulingContext":
         return check_pod_scheduling_status(new.get("status"))
+    if rt.kind == "PodDisruptionBudget":
+        return check_pdb_status(new.get("status"))
     return []
 
 
@@ -809,6 +822,8 @@ def _reset_status_on_create(rt: ResourceType, obj: dict[str, Any]) -> None:
         obj["status"] = {"phase": "Pending"}
     elif rt.kind == "Namespace":
         obj["status"] = {"phase": "Active"}
+    elif rt.kind == "PodDisruptionBudget":  # PodDisruptionBudgetStatus{}: the counters are not omitempty
+        obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
 
 
 def _check_match(rv: str, match: str) -> None:

@@ -10,6 +10,10 @@ A type behind a feature gate (``feature_gate``) exists only when the fake is con
 gate on: otherwise discovery leaves it out and its URLs are 404, as on an apiserver whose gate is
 off. PodSchedulingContext (resource.k8s.io v1alpha3, Kubernetes 1.31) is the one such type: gate
 ``DRAControlPlaneController`` ("classic DRA").
+
+policy/v1 serves ``poddisruptionbudgets`` (+``status``); the pods' ``eviction`` subresource is
+listed under ``/api/v1`` as ``pods/eviction`` (kind Eviction of policy/v1, verb ``create``), as
+kube-apiserver lists it (``disruption.py`` has its semantics).
 """
 
 from __future__ import annotations
@@ -136,7 +140,7 @@ CATALOG: tuple[ResourceType, ...] = (
         kind="Pod",
         namespaced=True,
         status=True,
-        subresources=("binding",),
+        subresources=("binding", "eviction"),
         fields=(
             "spec.nodeName",
             "spec.schedulerName",
@@ -200,6 +204,17 @@ CATALOG: tuple[ResourceType, ...] = (
         kind="Event",
         namespaced=True,
         short_names=("ev",),
+    ),
+    ResourceType(
+        group="policy",
+        versions=("v1",),
+        plural="poddisruptionbudgets",
+        singular="poddisruptionbudget",
+        kind="PodDisruptionBudget",
+        namespaced=True,
+        status=True,
+        generation=True,
+        short_names=("pdb",),
     ),
     ResourceType(
         group="coordination.k8s.io", versions=("v1",), plural="leases", singular="lease", kind="Lease", namespaced=True
@@ -337,23 +352,22 @@ def api_resource_list(group: str, version: str, gates: Collection[str] = ()) -> 
             entry["shortNames"] = list(rt.short_names)
         resources.append(entry)
         for sub in rt.all_subresources:
-            verbs = ["create"] if sub == "binding" else ["get", "patch", "update"]
-            kind = "Binding" if sub == "binding" else rt.kind
-            resources.append(
-                {
-                    "name": f"{rt.plural}/{sub}",
-                    "singularName": "",
-                    "namespaced": rt.namespaced,
-                    "kind": kind,
-                    "verbs": verbs,
-                }
-            )
+            entry = {"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced}
+            entry.update(_SUBRESOURCE_ENTRIES.get(sub, {"kind": rt.kind, "verbs": ["get", "patch", "update"]}))
+            resources.append(entry)
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",
         "groupVersion": f"{group}/{version}" if group else version,
         "resources": resources,
     }
+
+
+#: Discovery fields of the subresources that are not ``status`` (kinds of another group name it).
+_SUBRESOURCE_ENTRIES: dict[str, dict[str, Any]] = {
+    "binding": {"kind": "Binding", "verbs": ["create"]},
+    "eviction": {"group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]},
+}
 
 
 def version_info(minor: int) -> dict[str, Any]:
