@@ -289,6 +289,14 @@ def _add_serve(commands: Any) -> None:
         "0: no limit (default %(default)s)",
         type=_checked(_non_negative_float),
     )
+    serve.add_argument(
+        "--no-device-preemption",
+        dest="device_preemption",
+        action="store_false",
+        default=os.environ.get(_env("--no-device-preemption"), "") in ("", "0"),
+        help="never evict lower-priority pods to free devices for a pod no node fits (docs/preemption.md) "
+        f"[env {_env('--no-device-preemption')}=1]",
+    )
     option(
         "--bind-deadline-seconds",
         "25",
@@ -410,6 +418,7 @@ def _serve(args: argparse.Namespace) -> int:
         claim_wait_seconds=args.claim_wait_seconds,
         bind_deadline_seconds=args.bind_deadline_seconds,
         filter_timeout_seconds=args.filter_timeout_seconds,
+        preemption=args.device_preemption,
     )
     try:
         run(create_app(service, settings))

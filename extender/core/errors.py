@@ -12,6 +12,7 @@
     │   ├── NotLeader                                               (this replica may not write now)
     │   ├── AllocationTimedOut                                      (a node's search ran out of budget)
     │   ├── DeadlineExceeded                                        (a bind ran out of its deadline)
+    │   ├── EvictionRefused                                         (429 on pods/eviction: a PDB forbids it)
     │   ├── ClaimNotCreated                                         (template claim not there yet)
     │   ├── WriteConflict                                           (409: stale resourceVersion)
     │   └── ApiUnavailable                                          (5xx, 429, timeouts, injected faults)
@@ -33,6 +34,7 @@ __all__ = [
     "ClaimNotCreated",
     "DeadlineExceeded",
     "DoesNotFit",
+    "EvictionRefused",
     "ExtenderError",
     "InvalidObject",
     "NodeUnresolvable",
@@ -92,6 +94,10 @@ class AllocationTimedOut(Transient):
 class DeadlineExceeded(Transient):
     """A bind ran out of its deadline; what it wrote has been undone (or, for a binding whose
     answer never came, kept for the pod's next attempt)."""
+
+
+class EvictionRefused(Transient):
+    """The API server refused an eviction (HTTP 429: a PodDisruptionBudget forbids it now)."""
 
 
 class ClaimNotCreated(Transient):

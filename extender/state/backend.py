@@ -97,6 +97,20 @@ class Backend(Protocol):
         """Delete a PodSchedulingContext; ObjectNotFound if absent."""
         ...
 
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Evict a pod through the Eviction API (``pods/eviction``), so that the API server enforces
+        PodDisruptionBudgets: ``EvictionRefused`` when one forbids it (HTTP 429), ``ObjectNotFound``
+        when the pod is gone, ``WriteConflict`` when its UID differs."""
+        ...
+
+    async def set_nominated_node(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Set a pod's ``status.nominatedNodeName`` (as kube-scheduler does for a preemptor)."""
+        ...
+
+    def record_event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str) -> None:
+        """Record an Event on a pod, in the background (failures are logged, never raised)."""
+        ...
+
     def observe_nodes(self, raw_nodes: Sequence[Mapping[str, Any]]) -> None:
         """Node objects a request carried (nodeCacheCapable: false; already type-checked). The
         embedded backend takes their labels, as the cluster it plays; the kube backend adds only

@@ -171,6 +171,7 @@ class Binder:
             self.binding.discard(actual_uid)
         # Entries leave the ledger once the store shows the allocations (reconcile).
         self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
+        self.cluster.nominations.drop(actual_uid)  # a preemptor's wait is over
         await self._end_negotiation(decision.pod, deadline)
 
     async def _end_negotiation(self, pod: Mapping[str, Any], deadline: float) -> None:
@@ -225,7 +226,10 @@ class Binder:
         """The allocation on the chosen node, recorded in the ledger. A search that let others run
         is used only if nothing it read on that node changed meanwhile."""
         search = self.cluster.watched_search((node_name,))
-        answer = self.cluster.allocator(claims, budget=search.budget).answer(self.store.node(node_name))
+        # devices held for a preemptor of equal or higher priority are not this pod's to take
+        nominated = self.cluster.nominated_state(claims.pod_uid, claims.priority, node_name)
+        allocator = self.cluster.allocator(claims, budget=search.budget, allocated=nominated)
+        answer = allocator.answer(self.store.node(node_name))
         current = search.unchanged()
         if current is not None and node_name not in current:
             raise Transient(

@@ -53,6 +53,8 @@ class PodClaims:
     #: Unallocated classic claims (their driver's controller allocates them, ``state/classic.py``),
     #: in pod order; in none of the lists above.
     classic: list[PendingClassic] = field(default_factory=list)
+    #: The pod's ``spec.priority`` (admission resolved its PriorityClass; 0 when unset).
+    priority: int = 0
 
 
 def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -129,8 +131,13 @@ def resolve_pod_claims(
     classic_dra: str | None = None,
 ) -> PodClaims:
     namespace, name, uid = pod_identity(pod)
-    result = PodClaims(pod_key=f"{namespace}/{name}", pod_uid=uid)
     spec = pod.get("spec") or {}
+    priority = spec.get("priority")
+    result = PodClaims(
+        pod_key=f"{namespace}/{name}",
+        pod_uid=uid,
+        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
+    )
     statuses = {
         entry.get("name"): entry
         for entry in ((pod.get("status") or {}).get("resourceClaimStatuses") or [])

@@ -14,12 +14,13 @@ from typing import Any
 
 from extender.core.allocator import Allocator
 from extender.core.budget import DEFAULT_FILTER_TIMEOUT_SECONDS, DEFAULT_SLICE_SECONDS, SearchBudget
-from extender.core.model import Features
+from extender.core.model import AllocatedState, Features
 from extender.core.pools import PoolNodeSelectionError
 from extender.state import cooperative
 from extender.state.backend import Backend
 from extender.state.claims import PodClaims, pod_identity, resolve_pod_claims
 from extender.state.ledger import InFlightAllocation, InFlightLedger
+from extender.state.nominations import Nominations
 
 __all__ = ["ClusterView", "WatchedSearch"]
 
@@ -48,6 +49,8 @@ class ClusterView:
         self.on_expired: Callable[[list[InFlightAllocation]], None] = lambda _entries: None
         #: UIDs of pods whose bind is running: their entries do not expire (``refresh``).
         self.binding: Container[str] = ()
+        #: Devices held for preemptors (``state/preemption.py``), by every pod's filter and bind.
+        self.nominations = Nominations()
         # In-flight allocations hold their devices like allocated claims do (and so change what
         # fits where): the store counts them in ``in_use_state``.
         ledger.listeners.append(self._in_flight_changed)
@@ -66,10 +69,32 @@ class ClusterView:
         self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
         self.store.snapshot()
 
-    def allocator(self, claims: PodClaims, *, refresh: bool = True, budget: SearchBudget | None = None) -> Allocator:
+    def nominated_state(self, pod_uid: str, priority: int, node: str) -> AllocatedState | None:
+        """What is in use on ``node`` for a pod that must leave nominated devices alone (those held
+        for a preemptor of equal or higher priority), or None when none are held against it."""
+        if not self.nominations:
+            return None
+        against = self.nominations.against(pod_uid, priority, node)
+        if not against:
+            return None
+        state = self.store.in_use_without(())
+        for nomination in against:
+            for result in nomination.results:
+                state.add_allocation(result)
+        return state
+
+    def allocator(
+        self,
+        claims: PodClaims,
+        *,
+        refresh: bool = True,
+        budget: SearchBudget | None = None,
+        allocated: AllocatedState | None = None,
+    ) -> Allocator:
         """The allocator for a pod's claims over the cluster as it is now (``refresh=False`` for
         callers that have just refreshed), with ``budget`` (default: the service's per-node limit,
-        never yielding; ``WatchedSearch.budget`` for one that lets the event loop run)."""
+        never yielding; ``WatchedSearch.budget`` for one that lets the event loop run), over
+        ``allocated`` instead of the store's in-use state if given (``nominated_state``)."""
         if refresh:
             self.refresh()
         store = self.store
@@ -79,7 +104,7 @@ class ClusterView:
             claims.to_allocate,
             classes=store.classes,
             snapshot=store.snapshot(),
-            allocated=store.in_use_state(),
+            allocated=store.in_use_state() if allocated is None else allocated,
             features=self.features,
             selectors=store.selectors,
             preallocated=claims.allocated,

@@ -40,6 +40,7 @@ from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
 from extender.state.holds import DEFAULT_HOLD_SECONDS, Holds, one_best
 from extender.state.ledger import InFlightLedger
+from extender.state.preemption import DevicePreemption
 from extender.state.recovery import deallocate_claim, stuck_claim
 from extender.state.stats import ServiceStats
 from extender.state.verdicts import FilterOutcome, VerdictCache
@@ -73,6 +74,7 @@ class SchedulingService:
         claim_wait_seconds: float = DEFAULT_CLAIM_WAIT_SECONDS,
         bind_deadline_seconds: float = DEFAULT_BIND_DEADLINE_SECONDS,
         filter_timeout_seconds: float = DEFAULT_FILTER_TIMEOUT_SECONDS,
+        preemption: bool = True,
     ) -> None:
         """``on_rejected`` is told of every pod that no offered node fits (the kube backend uses it
         to requeue such pods quickly once devices free up). ``hold_seconds`` > 0 turns on the
@@ -80,7 +82,8 @@ class SchedulingService:
         is how long a bind waits for template claims that do not exist yet, ``bind_deadline_seconds``
         the whole time a bind may take (and, through ``ledger_ttl``, how long in-flight entries
         live unless a ``ledger`` is given), ``filter_timeout_seconds`` each node's search budget
-        (upstream's ``filterTimeout``; 0: none)."""
+        (upstream's ``filterTimeout``; 0: none); ``preemption`` turns device-aware preemption on
+        (``preemption.py``)."""
         self.backend = backend
         self.store = backend.store
         self.ledger = ledger if ledger is not None else InFlightLedger(ttl_seconds=ledger_ttl(bind_deadline_seconds))
@@ -94,6 +97,7 @@ class SchedulingService:
         self.cluster.binding = binding
         self.verdicts = VerdictCache(self.cluster, features)
         self.classic = ClassicNegotiator(self.cluster)
+        self.preemption = DevicePreemption(self.cluster, enabled=preemption)
         self.holds = Holds(self.cluster, self.stats, seconds=hold_seconds, binding=binding)
         self.binder = Binder(
             self.cluster,
@@ -138,6 +142,8 @@ class SchedulingService:
             result = self.classic.filter(pod, claims, result, publish=hold)
             if result.error:
                 return result
+        if self.cluster.nominations:
+            result = self.preemption.respect_nominations(claims, result)
         if not result.node_names and self.on_rejected is not None:
             self.on_rejected(pod)
         elif hold and verdicts is not None and len(result.node_names) == 1:
@@ -155,7 +161,7 @@ class SchedulingService:
             return outcome
         stuck = stuck_claim(self.cluster, pod, node_names)
         if stuck is None:
-            return outcome
+            return await self._preempt(pod, outcome)
         try:
             # The deallocation is a write: a standby must not make it (nor decide it from its cache).
             await self.backend.ensure_leader()
@@ -166,6 +172,17 @@ class SchedulingService:
         if stuck.classic:
             return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck.key} requested")
         return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck.key} completed")
+
+    async def _preempt(self, pod: Mapping[str, Any], outcome: FilterOutcome) -> FilterOutcome:
+        """No node fits: device-aware preemption may free some (``preemption.py``)."""
+        if not self.preemption.enabled:
+            return outcome
+        try:
+            pod = self.cluster.pod(pod)
+            claims = self.cluster.claims(pod)
+        except ExtenderError:
+            return outcome
+        return await self.preemption.consider(pod, claims, outcome)
 
     def observe_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         """Node objects of a request (nodeCacheCapable: false), so that node selectors see their

@@ -18,7 +18,7 @@ Synchronous and single-threaded (one asyncio loop); no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any
 
 import orjson
@@ -122,6 +122,38 @@ class AllocationIndex:
             ):
                 changed.add(device)
         return changed
+
+    def without(self, keys: Collection[str]) -> AllocatedState:
+        """A copy of the state as if the claims ``keys`` held nothing (preemption's what-if: the
+        devices a set of victims would free), recounted from the remaining holders."""
+        state = AllocatedState(
+            devices=set(self.state.devices),
+            shared_ids=set(self.state.shared_ids),
+            consumed_capacity={device: dict(totals) for device, totals in self.state.consumed_capacity.items()},
+        )
+        touched = {
+            result.device_id
+            for key in keys
+            for result in (self._by_claim[key].devices if key in self._by_claim else ())
+            if not result.admin_access
+        }
+        for device in touched:
+            state.devices.discard(device)
+            state.consumed_capacity.pop(device, None)
+            state.shared_ids -= {share for share in state.shared_ids if share.device == device}
+            for key, results in self._holders.get(device, {}).items():
+                if key in keys:
+                    continue
+                for result in results:
+                    if result.share_id is None:
+                        state.devices.add(device)
+                        continue
+                    state.shared_ids.add(SharedDeviceID(device, result.share_id))
+                    for name, amount in (result.consumed_capacity or {}).items():
+                        totals = state.consumed_capacity.setdefault(device, {})
+                        previous = totals.get(name)
+                        totals[name] = amount if previous is None else previous + amount
+        return state
 
     def _recount(self, device: DeviceID, old: AllocationResult | None) -> None:
         """Make the state's entries for ``device`` agree with its holders (the rules of
@@ -415,6 +447,13 @@ class ObjectStore:
         """Devices held by allocated claims (admin-access results excluded). The same object is
         updated in place as claims change: read it synchronously, do not keep it across awaits."""
         return self._allocations.state
+
+    def in_use_without(self, claim_keys: Collection[str]) -> AllocatedState:
+        """``in_use_state`` as if the claims ``claim_keys`` (and their in-flight entries) held
+        nothing: a copy, for preemption's what-ifs."""
+        keys = set(claim_keys)
+        keys.update(f"in-flight:{key}" for key in claim_keys)
+        return self._in_use.without(keys)
 
     def in_use_state(self) -> AllocatedState:
         """``allocated_state`` plus the in-flight allocations (``set_in_flight``): what the

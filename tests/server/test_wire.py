@@ -43,6 +43,7 @@ from tests.server.fakes import node_list, pod
         (errors.AllocationTimedOut("node n1: timed out trying to allocate devices"), WireField.ERROR),
         (errors.DeadlineExceeded("bind deadline of 25s passed"), WireField.ERROR),
         (errors.ClaimNotCreated("not yet"), WireField.ERROR),
+        (errors.EvictionRefused("429: disruption budget"), WireField.ERROR),
         (errors.WriteConflict("409"), WireField.ERROR),
         (errors.ApiUnavailable("503"), WireField.ERROR),
         (errors.OutcomeUnknown("timed out"), WireField.ERROR),
@@ -62,7 +63,7 @@ def test_every_extender_error_class_is_in_the_table() -> None:
     known = {
         "ExtenderError", "DoesNotFit", "NodeUnresolvable", "PodUnschedulable", "CelError", "Transient",
         "NotSynced", "ClaimNotCreated", "WriteConflict", "ApiUnavailable", "ObjectNotFound", "InvalidObject",
-        "OutcomeUnknown", "NotLeader", "AllocationTimedOut", "DeadlineExceeded",
+        "OutcomeUnknown", "NotLeader", "AllocationTimedOut", "DeadlineExceeded", "EvictionRefused",
     }  # fmt: skip
     assert set(errors.__all__) == known
 

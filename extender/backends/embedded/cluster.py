@@ -27,8 +27,9 @@ from typing import Any
 import orjson
 import structlog
 
-from extender.core.errors import InvalidObject, ObjectNotFound, WriteConflict
+from extender.core.errors import EvictionRefused, InvalidObject, ObjectNotFound, WriteConflict
 from extender.manifests import load_manifests
+from extender.state.claim_writes import DELETE_PROTECTION_FINALIZER
 from extender.state.store import KINDS, ObjectStore
 
 from .claims import claim_from_template, find_pod_claim, generate_name, pending_template_claims, random_suffix
@@ -88,6 +89,8 @@ class EmbeddedBackend:
         self._listeners: list[Listener] = []
         #: The simulated classic DRA driver controllers, by driver name (``classic_driver``).
         self.classic_drivers: dict[str, ClassicDriver] = {}
+        #: Events recorded on pods (``record_event``).
+        self.events: list[tuple[str, str, str, str]] = []
         self._synced = False
         self._load(objects)
         self._synced = True
@@ -161,6 +164,94 @@ class EmbeddedBackend:
         if new == old or (not status and not old.get("status")):
             return copy_object(old)
         return copy_object(self._commit(new, "MODIFIED"))
+
+    # --- Backend protocol: preemption --------------------------------------------------------------
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """The Eviction API: a PodDisruptionBudget of the pod's namespace whose ``matchLabels``
+        select it and that allows no disruption refuses (``EvictionRefused``, the API server's
+        429); otherwise its ``disruptionsAllowed`` goes down by one and the pod is deleted (and
+        with it, as the resourceclaim controller would, its reservations: ``_release_claims``)."""
+        await self.faults.check("evict_pod")
+        key: ObjectKey = ("Pod", namespace or "default", name)
+        pod = self._stored(key)
+        if pod is None:
+            raise ObjectNotFound(f'pods "{name}" not found')
+        if uid and pod["metadata"].get("uid") != uid:
+            raise WriteConflict(
+                f'Operation cannot be fulfilled on pods "{name}": Precondition failed: UID in precondition: '
+                f"{uid}, UID in object meta: {pod['metadata'].get('uid')}"
+            )
+        done = (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        if not done and not pod["metadata"].get("deletionTimestamp"):
+            budgets = [b for b in self.list_objects("PodDisruptionBudget", key[1]) if _selects(b, pod)]
+            for budget in budgets:
+                allowed = int((budget.get("status") or {}).get("disruptionsAllowed") or 0)
+                if allowed < 1:
+                    raise EvictionRefused(
+                        "Cannot evict pod as it would violate the pod's disruption budget. "
+                        f"(PodDisruptionBudget {key[1]}/{budget['metadata']['name']})"
+                    )
+            for budget in budgets:
+                budget.setdefault("status", {})["disruptionsAllowed"] = int(budget["status"]["disruptionsAllowed"]) - 1
+                self.apply(budget)
+        self.delete("Pod", key[1], name)
+
+    async def set_nominated_node(self, namespace: str, name: str, uid: str, node: str) -> None:
+        pod = self.get("Pod", namespace, name)
+        if pod is None or (uid and pod["metadata"].get("uid") != uid):
+            raise ObjectNotFound(f'pods "{name}" not found')
+        status = pod.setdefault("status", {})
+        if node:
+            status["nominatedNodeName"] = node
+        else:
+            status.pop("nominatedNodeName", None)
+        self.apply(pod)
+
+    def record_event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str) -> None:
+        """Events are kept in ``events`` (newest last, at most 1000), as ``(pod key, type, reason, message)``."""
+        self.events.append((f"{namespace}/{name}", kind, reason, message))
+        del self.events[:-1000]
+
+    def _release_claims(self, pod: dict[str, Any]) -> None:
+        """The resourceclaim controller's part for a deleted pod: its entries leave the claims'
+        ``reservedFor``; a claim left with none is deallocated (delete-protection finalizer
+        removed) or, if its driver's controller allocated it (classic DRA), asked to be
+        deallocated; a template claim the pod owned is deleted."""
+        meta = pod.get("metadata") or {}
+        namespace, uid = meta.get("namespace") or "default", meta.get("uid")
+        for (_, ns, claim_name), stored in list(self._by_kind.get("ResourceClaim", {}).items()):
+            if ns != namespace:
+                continue
+            claim = _thaw(stored)
+            status = claim.get("status") or {}
+            reserved = status.get("reservedFor") or []
+            owners = claim["metadata"].get("ownerReferences") or ()
+            owned = any(r.get("controller") and r.get("uid") == uid for r in owners)
+            if not any(r.get("uid") == uid for r in reserved) and not owned:
+                continue
+            new = copy_object(claim)
+            rest = [r for r in reserved if r.get("uid") != uid]
+            new_status = new.setdefault("status", {})
+            if rest:
+                new_status["reservedFor"] = rest
+            else:
+                new_status.pop("reservedFor", None)
+                allocation = new_status.get("allocation") or {}
+                finalizers = new["metadata"].get("finalizers") or []
+                if allocation.get("controller") and DELETE_PROTECTION_FINALIZER not in finalizers:
+                    new_status["deallocationRequested"] = True
+                else:
+                    new_status.pop("allocation", None)
+                    new_status.pop("devices", None)
+                    new["metadata"]["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
+            try:
+                if new != claim:
+                    self._commit(new, "MODIFIED")
+                if owned and not rest:
+                    self.delete("ResourceClaim", namespace, claim_name)
+            except (InvalidObject, ObjectNotFound) as exc:
+                log.warning("claim.not_released", claim=f"{namespace}/{claim_name}", reason=exc.reason)
 
     # --- Backend protocol: classic DRA ------------------------------------------------------------
 
@@ -491,6 +582,7 @@ class EmbeddedBackend:
         self._notify_drivers(obj)
         if event == "DELETED" and obj.get("kind") == "Pod":
             self._collect_contexts(obj)
+            self._release_claims(obj)
         for listener in self._listeners:
             listener(event, copy_object(obj))
 
@@ -577,6 +669,15 @@ class EmbeddedBackend:
             name = base + random_suffix(self._rng)
             if ("ResourceClaim", namespace, name) not in self._objects:
                 return name
+
+
+def _selects(budget: dict[str, Any], pod: dict[str, Any]) -> bool:
+    """Whether a PodDisruptionBudget's ``spec.selector.matchLabels`` select the pod (an empty or
+    missing selector selects nothing, as 1.36 reads it; ``matchExpressions`` are not read)."""
+    selector = (budget.get("spec") or {}).get("selector") or {}
+    wanted = selector.get("matchLabels") or {}
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return bool(wanted) and all(labels.get(k) == v for k, v in wanted.items())
 
 
 def _context_for_write(raw: dict[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ OPERATIONS = frozenset(
         "update_scheduling_context_status",
         "apply_scheduling_context",
         "delete_scheduling_context",
+        "evict_pod",
     }
 )
 

@@ -32,13 +32,20 @@ from typing import Any
 import orjson
 import structlog
 
-from extender.core.errors import ExtenderError, InvalidObject, NotLeader, ObjectNotFound
+from extender.core.errors import (
+    ApiUnavailable,
+    EvictionRefused,
+    ExtenderError,
+    InvalidObject,
+    NotLeader,
+    ObjectNotFound,
+)
 from extender.state.store import ObjectStore
 
-from .client import ClientSettings, KubeClient
+from .client import MERGE_PATCH, ClientSettings, KubeClient
 from .config import ClusterConfig, load_cluster_config
 from .discovery import CLASSIC_VERSION, GROUP, discover, discover_classic
-from .errors import AccessDenied, KubeStartupError
+from .errors import AccessDenied, ApiStatusError, KubeStartupError
 from .events import EventRecorder, EventSettings
 from .feeder import StoreFeeder
 from .leader import LeaseSettings, LeaseWatcher
@@ -491,6 +498,46 @@ class KubeBackend:
 
     def observe_pod(self, raw_pod: dict[str, Any]) -> None:
         """Nothing to do: the pod watch sees every pod."""
+
+    # --- preemption -----------------------------------------------------------------------------
+
+    async def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        namespace = namespace or "default"
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            **({"deleteOptions": {"preconditions": {"uid": uid}}} if uid else {}),
+        }
+        await self.ensure_leader()
+        try:
+            await self._api().request(
+                "POST",
+                f"/api/v1/namespaces/{namespace}/pods/{name}/eviction",
+                body=body,
+                verb="create",
+                resource="pods/eviction",
+            )
+        except ApiUnavailable as exc:
+            status = exc.__cause__.status if isinstance(exc.__cause__, ApiStatusError) else None
+            if status == 429:  # a PodDisruptionBudget forbids it now
+                raise EvictionRefused(exc.reason) from exc
+            raise
+
+    async def set_nominated_node(self, namespace: str, name: str, uid: str, node: str) -> None:
+        namespace = namespace or "default"
+        await self.ensure_leader()
+        await self._api().request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+            body={"metadata": {"uid": uid} if uid else {}, "status": {"nominatedNodeName": node or None}},
+            content_type=MERGE_PATCH,
+            verb="patch",
+            resource="pods/status",
+        )
+
+    def record_event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str) -> None:
+        self.pod_event(namespace, name, uid, kind=kind, reason=reason, message=message)
 
     # --- events ---------------------------------------------------------------------------------
 

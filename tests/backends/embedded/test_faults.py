@@ -77,6 +77,7 @@ async def test_every_operation_checks_the_injector(operation: str) -> None:
         "update_scheduling_context_status": lambda: backend.update_scheduling_context_status(CONTEXT),
         "apply_scheduling_context": lambda: backend.apply_scheduling_context(CONTEXT),
         "delete_scheduling_context": lambda: backend.delete_scheduling_context("default", "pod-0"),
+        "evict_pod": lambda: backend.evict_pod("default", "pod-0", ""),
     }
     with pytest.raises(ApiUnavailable, match=f"{operation} failed"):
         await calls[operation]()

@@ -1,0 +1,73 @@
+"""Nominations: devices held for a preemptor while its victims go (spec/preemption.md §2.7).
+
+Kept by the ``ClusterView`` (every pod's filter and bind respect them) and made by
+``state/preemption.py``. A nomination holds the allocation its plan found, on one node, against
+every other pod of equal or lower priority — kube-scheduler's rule for nominated pods, which
+extender filters otherwise never see.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from extender.core.model import AllocationResult
+from extender.core.preemption import Victim
+from extender.state.claims import pod_identity
+
+__all__ = ["Nomination", "Nominations"]
+
+log = structlog.get_logger()
+
+
+@dataclass(slots=True)
+class Nomination:
+    """Devices on ``node`` held for a preemptor while its victims go."""
+
+    pod_key: str
+    pod_uid: str
+    priority: int
+    node: str
+    #: the allocation the plan found (in the preemptor's ``to_allocate`` order)
+    results: tuple[AllocationResult, ...]
+    victims: tuple[Victim, ...]
+    #: the claims the victims' removal frees
+    freed: frozenset[str]
+    expires: float
+
+
+class Nominations:
+    """The standing nominations, by preemptor UID; ``clock`` is monotonic seconds."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.by_uid: dict[str, Nomination] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.by_uid)
+
+    def add(self, nomination: Nomination) -> None:
+        self.by_uid[nomination.pod_uid] = nomination
+
+    def drop(self, pod_uid: str) -> None:
+        if self.by_uid.pop(pod_uid, None) is not None:
+            log.info("preemption.nomination_dropped", pod_uid=pod_uid)
+
+    def expire(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
+        """Drop the nominations of preemptors bound, gone or re-created, and the expired ones."""
+        now = self.clock()
+        for uid, nomination in list(self.by_uid.items()):
+            pod = pods.get(nomination.pod_key)
+            gone = pod is not None and pod_identity(pod)[2] != uid
+            bound = pod is not None and bool((pod.get("spec") or {}).get("nodeName"))
+            if now >= nomination.expires or gone or bound:
+                del self.by_uid[uid]
+
+    def against(self, pod_uid: str, priority: int, node: str) -> list[Nomination]:
+        """The nominations on ``node`` that a pod of ``priority`` must leave alone: those of other
+        pods of equal or higher priority (kube-scheduler's rule for nominated pods)."""
+        return [n for n in self.by_uid.values() if n.node == node and n.pod_uid != pod_uid and n.priority >= priority]

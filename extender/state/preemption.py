@@ -1,0 +1,373 @@
+"""Device-aware preemption, driven by the extender (spec/preemption.md §2.0, §2.4-§2.7).
+
+kube-scheduler 1.36 never preempts for a pod whose only shortage is devices: its dry run uses
+in-tree filters only, finds no victim, and never calls an extender's ``preempt`` verb (§2.0). So
+when filter finds no node for a pod, ``DevicePreemption.consider`` does it here:
+
+1. **Eligibility**: the switch is on, the pod has claims to allocate (structured ones: a driver's
+   controller holds classic devices opaquely), its ``preemptionPolicy`` is not ``Never``, and no
+   preemption of its own is under way (one at a time per preemptor).
+2. **A pending one**: while the pod's nomination stands, its victims still running (or
+   terminating) answer ``FailedNodes`` for the node, ``waiting for preempted pods to release
+   devices``; victims gone but claims not yet deallocated answer ``Error`` (the scheduler's backoff
+   retries: no event would wake the pod); free devices take the normal path.
+3. **The choice** (``extender.core.preemption``): on each node filter failed as ``FailedNodes``
+   (devices in use; never ``FailedAndUnresolvable``: no eviction fixes those), the running pods of
+   lower priority that consume devices are the candidates; a what-if allocator run
+   (``ObjectStore.in_use_without``) tells whether freeing a set's claims makes the pod fit
+   (§2.4's release model); the greedy reprieve leaves an irreducible set; the nodes are ranked as
+   kube-scheduler ranks them. Claims whose consumers are all gone already (the resourceclaim
+   controller has not deallocated them yet) count as freed: if that alone makes a node fit, the
+   answer is ``Error`` (wait), not an eviction.
+4. **The action**: the plan is recorded as a *nomination* first — its allocation held for the
+   preemptor on the node against every pod of equal or lower priority (``nominated_state``) —
+   then each victim is evicted through the Eviction API (PodDisruptionBudgets enforced by the
+   API server: a refusal (429) puts that pod out of the candidates and the choice is made again,
+   at most ``MAX_REFUSALS`` times), an Event is recorded on each victim and on the preemptor, and
+   the preemptor's ``status.nominatedNodeName`` is set, as kube-scheduler does.
+5. **The end**: the nomination goes when the preemptor is bound, deleted or re-created, or after
+   ``nomination_seconds``.
+
+Nothing here runs for a pod some node fits; with no nomination standing, filter and bind pay one
+empty-dict test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from extender.core.allocator import Allocation, Allocator
+from extender.core.budget import SearchBudget
+from extender.core.errors import EvictionRefused, ExtenderError, ObjectNotFound
+from extender.core.model import AllocatedState, AllocationResult
+from extender.core.preemption import Plan, Victim, better_plan, by_importance, choose_victims, released
+from extender.state.claims import PodClaims, pod_identity
+from extender.state.cluster import ClusterView
+from extender.state.nominations import Nomination
+from extender.state.verdicts import FilterOutcome
+
+__all__ = [
+    "DEFAULT_NOMINATION_SECONDS",
+    "MAX_REFUSALS",
+    "WAITING_FOR_VICTIMS",
+    "DevicePreemption",
+    "PreemptionStats",
+]
+
+log = structlog.get_logger()
+
+#: How long a nomination holds the freed devices for its preemptor: the default grace period of
+#: the victims (30 s), the resourceclaim controller's deallocation, and the preemptor's backoff.
+DEFAULT_NOMINATION_SECONDS = 120.0
+#: Evictions refused by a PodDisruptionBudget before the pod waits for its next attempt.
+MAX_REFUSALS = 3
+#: Most nodes a choice looks at (kube-scheduler's dry run stops at 100 candidates too).
+MAX_NODES = 100
+WAITING_FOR_VICTIMS = "waiting for preempted pods to release devices"
+_DONE = ("Succeeded", "Failed")
+
+
+@dataclass(slots=True)
+class PreemptionStats:
+    """Counters exported as metrics."""
+
+    #: preemptions by outcome: started, refused (a PDB), none (no set of victims helps)
+    preemptions: dict[str, int] = field(default_factory=dict)
+    victims: int = 0
+
+    def count(self, outcome: str) -> None:
+        self.preemptions[outcome] = self.preemptions.get(outcome, 0) + 1
+
+
+class DevicePreemption:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        cluster: ClusterView,
+        *,
+        enabled: bool = True,
+        nomination_seconds: float = DEFAULT_NOMINATION_SECONDS,
+        max_nodes: int = MAX_NODES,
+    ) -> None:
+        self.cluster = cluster
+        self.backend = cluster.backend
+        self.store = cluster.store
+        self.enabled = enabled
+        self.nomination_seconds = nomination_seconds
+        self.max_nodes = max_nodes
+        self.nominations = cluster.nominations
+        self.stats = PreemptionStats()
+        self._running: set[str] = set()
+
+    # --- nominations in every pod's filter -----------------------------------------------------------
+
+    def respect_nominations(self, claims: PodClaims, outcome: FilterOutcome) -> FilterOutcome:
+        """Nodes that pass only by taking devices nominated for a pod of equal or higher priority
+        fail (``FailedNodes``: the nomination ends)."""
+        if not self.nominations or not claims.to_allocate:
+            return outcome
+        self.nominations.expire(self.store.pods)
+        refused: dict[str, str] = {}
+        for node in outcome.node_names:
+            state = self.cluster.nominated_state(claims.pod_uid, claims.priority, node)
+            if state is not None and not self._fits(claims, node, state):
+                holders = ", ".join(n.pod_key for n in self.nominations.against(claims.pod_uid, claims.priority, node))
+                refused[node] = f"devices on the node are nominated for preemptor {holders}"
+        if not refused:
+            return outcome
+        return FilterOutcome(
+            [n for n in outcome.node_names if n not in refused],
+            failed={**outcome.failed, **refused},
+            unresolvable=dict(outcome.unresolvable),
+        )
+
+    # --- the preemptor ------------------------------------------------------------------------------
+
+    async def consider(self, pod: Mapping[str, Any], claims: PodClaims, outcome: FilterOutcome) -> FilterOutcome:
+        """No node fits the pod (``outcome``): wait for a preemption of its own, or start one."""
+        uid = pod_identity(pod)[2]
+        spec = pod.get("spec") or {}
+        if (
+            not self.enabled
+            or not claims.to_allocate
+            or claims.classic
+            or spec.get("preemptionPolicy") == "Never"
+            or spec.get("nodeName")
+            or uid in self._running
+        ):
+            return outcome
+        self.nominations.expire(self.store.pods)
+        standing = self.nominations.by_uid.get(uid)
+        if standing is not None:
+            return self._waiting(standing, outcome)
+        self._running.add(uid)
+        try:
+            return await self._preempt(pod, claims, outcome)
+        finally:
+            self._running.discard(uid)
+
+    def _waiting(self, nomination: Nomination, outcome: FilterOutcome) -> FilterOutcome:
+        present = {pod_identity(p)[2] for p in self.store.pods.values()}
+        left = [v for v in nomination.victims if v.uid in present]
+        if left:
+            failed = {**outcome.failed, nomination.node: f"{WAITING_FOR_VICTIMS} ({len(left)} of them still there)"}
+            return FilterOutcome([], failed=failed, unresolvable=dict(outcome.unresolvable))
+        allocated = [k for k in nomination.freed if (c := self.store.claims.get(k)) is not None and c.allocation]
+        if allocated:
+            return FilterOutcome(
+                [], error=f"waiting for devices of preempted pods on node {nomination.node} to be deallocated"
+            )
+        # the devices are free and the pod still does not fit there: the plan is stale
+        self.nominations.drop(nomination.pod_uid)
+        return outcome
+
+    async def _preempt(self, pod: Mapping[str, Any], claims: PodClaims, outcome: FilterOutcome) -> FilterOutcome:
+        namespace, name, uid = pod_identity(pod)
+        excluded: set[str] = set()
+        for _ in range(MAX_REFUSALS + 1):
+            view = _ClusterIndex(self.store.pods.values(), self.store)
+            choice = self._choose(claims, [n for n in outcome.failed], view, excluded)
+            if isinstance(choice, str):
+                return FilterOutcome([], error=choice)  # freed devices will do: wait
+            if choice is None:
+                self.stats.count("none")
+                return outcome
+            plan, results, freed = choice
+            try:
+                await self.backend.ensure_leader()
+            except ExtenderError as exc:
+                return FilterOutcome([], error=f"preemption on node {plan.node} needed, but {exc.reason}")
+            nomination = Nomination(
+                pod_key=f"{namespace}/{name}",
+                pod_uid=uid,
+                priority=claims.priority,
+                node=plan.node,
+                results=results,
+                victims=plan.victims,
+                freed=frozenset(freed),
+                expires=self.nominations.clock() + self.nomination_seconds,
+            )
+            self.nominations.add(nomination)  # before the evictions: freed devices are held at once
+            refused = await self._evict(pod, claims, plan)
+            if refused is None:
+                self.stats.count("started")
+                await self._nominate(pod, plan.node)
+                log.info(
+                    "preemption.started",
+                    pod=f"{namespace}/{name}",
+                    node=plan.node,
+                    victims=[v.key for v in plan.victims],
+                )
+                failed = {**outcome.failed, plan.node: f"{WAITING_FOR_VICTIMS} ({len(plan.victims)} being evicted)"}
+                return FilterOutcome([], failed=failed, unresolvable=dict(outcome.unresolvable))
+            self.stats.count("refused")
+            self.nominations.drop(uid)
+            excluded.add(refused)
+        return outcome
+
+    def _choose(
+        self, claims: PodClaims, nodes: Sequence[str], view: _ClusterIndex, excluded: Collection[str]
+    ) -> tuple[Plan, tuple[AllocationResult, ...], set[str]] | str | None:
+        """The best plan over ``nodes`` (with its allocation and the claims it frees), a text to
+        wait with when claims already free will do, or None."""
+        plans: list[tuple[Plan, tuple[AllocationResult, ...], set[str]]] = []
+        for node in list(nodes)[: self.max_nodes]:
+            candidates = [v for v in view.victims_on(node, claims.priority, self.store) if v.uid not in excluded]
+            gone = view.gone_claims
+            if self._fits(claims, node, self._state(claims, node, gone)):
+                return f"waiting for devices of deleted pods on node {node} to be deallocated"
+            if not candidates:
+                continue
+            searched = _Search(self, claims, node, candidates, view)
+            victims = choose_victims(searched.fits, candidates)
+            if victims is None:
+                continue
+            answer, freed = searched.found[frozenset(v.uid for v in victims)]
+            plans.append((Plan(node, tuple(victims)), answer.results, freed))
+        best = better_plan(plan for plan, _, _ in plans)
+        if best is None:
+            return None
+        return next(p for p in plans if p[0] is best)
+
+    def _state(self, claims: PodClaims, node: str, freed: Collection[str]) -> AllocatedState:
+        """What is in use on ``node`` for this pod once ``freed`` hold nothing, nominations of
+        others of equal or higher priority counted."""
+        state = self.store.in_use_without(freed)
+        for nomination in self.nominations.against(claims.pod_uid, claims.priority, node):
+            for result in nomination.results:
+                state.add_allocation(result)
+        return state
+
+    def _fits(self, claims: PodClaims, node: str, state: AllocatedState) -> Allocation | None:
+        store = self.store
+        allocator = Allocator(
+            claims.to_allocate,
+            classes=store.classes,
+            snapshot=store.snapshot(),
+            allocated=state,
+            features=self.cluster.features,
+            selectors=store.selectors,
+            preallocated=claims.allocated,
+            budget=SearchBudget(self.cluster.filter_timeout_seconds),
+        )
+        try:
+            answer = allocator.answer(store.node(node))
+        except ExtenderError:
+            return None  # a search cut short counts as "does not fit"
+        return answer if isinstance(answer, Allocation) else None
+
+    async def _evict(self, pod: Mapping[str, Any], claims: PodClaims, plan: Plan) -> str | None:
+        """Evict the plan's victims; the UID of one a PodDisruptionBudget protects, or None."""
+        namespace, name, uid = pod_identity(pod)
+        for victim in plan.victims:
+            try:
+                await self.backend.evict_pod(victim.namespace, victim.name, victim.uid)
+            except EvictionRefused as exc:
+                log.info("preemption.refused", pod=f"{namespace}/{name}", victim=victim.key, reason=exc.reason)
+                return victim.uid
+            except ObjectNotFound:
+                continue  # gone already: its devices are on their way
+            except ExtenderError as exc:
+                log.warning("preemption.eviction_failed", victim=victim.key, reason=exc.reason)
+                continue  # the nomination waits for it; the TTL ends the wait if it never goes
+            self.stats.victims += 1
+            self.backend.record_event(
+                victim.namespace,
+                victim.name,
+                victim.uid,
+                kind="Normal",
+                reason="Preempted",
+                message=f"Preempted by pod {namespace}/{name} (priority {claims.priority}) for its devices "
+                f"on node {plan.node}",
+            )
+        self.backend.record_event(
+            namespace,
+            name,
+            uid,
+            kind="Normal",
+            reason="Preempting",
+            message=f"Evicting {', '.join(v.key for v in plan.victims)} on node {plan.node} to free devices",
+        )
+        return None
+
+    async def _nominate(self, pod: Mapping[str, Any], node: str) -> None:
+        namespace, name, uid = pod_identity(pod)
+        try:
+            await self.backend.set_nominated_node(namespace, name, uid, node)
+        except ExtenderError as exc:
+            log.info("preemption.nominate_failed", pod=f"{namespace}/{name}", reason=exc.reason)
+
+
+class _Search:
+    """``fits`` for ``choose_victims`` on one node, remembering each fitting allocation."""
+
+    def __init__(
+        self, owner: DevicePreemption, claims: PodClaims, node: str, candidates: list[Victim], view: _ClusterIndex
+    ) -> None:
+        self.owner, self.claims, self.node, self.view = owner, claims, node, view
+        self.claims_of = {v.uid: v.claims for v in candidates}
+        self.found: dict[frozenset[str], tuple[Allocation, set[str]]] = {}
+
+    def fits(self, removed: frozenset[str]) -> bool:
+        keys = {key for uid in removed for key in self.claims_of.get(uid, ())}
+        store = self.owner.store
+        freed = released(removed, store.claims, self.view.owners, keys) | self.view.gone_claims
+        answer = self.owner._fits(self.claims, self.node, self.owner._state(self.claims, self.node, freed))
+        if answer is not None:
+            self.found[removed] = (answer, freed)
+        return answer is not None
+
+
+class _ClusterIndex:
+    """One pass over pods and claims for a choice: running pods by node, claims by consumer,
+    owners of unreserved claims, and claims whose consumers are all gone."""
+
+    def __init__(self, pods: Iterable[Mapping[str, Any]], store: Any) -> None:
+        self.by_node: dict[str, list[Mapping[str, Any]]] = {}
+        present: set[str] = set()
+        for pod in pods:
+            present.add(pod_identity(pod)[2])
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and (pod.get("status") or {}).get("phase") not in _DONE:
+                self.by_node.setdefault(node, []).append(pod)
+        self.claims_of: dict[str, list[str]] = {}
+        self.owners: dict[str, str] = {}
+        self.gone_claims: set[str] = set()
+        for key, claim in store.claims.items():
+            if claim.allocation is None:
+                continue
+            for ref in claim.reserved_for:
+                self.claims_of.setdefault(ref.uid, []).append(key)
+            if claim.reserved_for and all(
+                ref.resource == "pods" and ref.uid not in present for ref in claim.reserved_for
+            ):
+                self.gone_claims.add(key)
+            if not claim.reserved_for:
+                for ref in (store.raw_claims.get(key) or {}).get("metadata", {}).get("ownerReferences") or ():
+                    if ref.get("controller") and ref.get("kind") == "Pod":
+                        self.owners[key] = str(ref.get("uid"))
+
+    def victims_on(self, node: str, priority: int, store: Any) -> list[Victim]:
+        """Running pods on ``node`` below ``priority`` that consume non-admin devices."""
+        victims = []
+        for pod in self.by_node.get(node, ()):
+            namespace, name, uid = pod_identity(pod)
+            spec = pod.get("spec") or {}
+            own = spec.get("priority")
+            own_priority = own if isinstance(own, int) and not isinstance(own, bool) else 0
+            if own_priority >= priority or (pod.get("metadata") or {}).get("deletionTimestamp"):
+                continue
+            keys = tuple(
+                k
+                for k in self.claims_of.get(uid, ())
+                if any(not r.admin_access for r in store.claims[k].allocation.devices)
+            )
+            if keys:
+                start = str((pod.get("status") or {}).get("startTime") or "")
+                victims.append(Victim(namespace, name, uid, own_priority, start, keys))
+        return by_importance(victims)

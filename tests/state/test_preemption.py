@@ -1,0 +1,207 @@
+"""Device-aware preemption in the embedded backend (issue 15, spec/preemption.md §2.4-§2.7): a pod
+that no node fits only because lower-priority pods hold the devices evicts a minimal set of
+them, gets the freed devices held for it, and nobody of equal or lower priority takes them."""
+
+from __future__ import annotations
+
+import copy
+import random
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from extender.backends.embedded import EmbeddedBackend
+from extender.core.errors import ApiUnavailable
+from extender.core.preemption import Victim, choose_victims
+from extender.state.preemption import MAX_REFUSALS, WAITING_FOR_VICTIMS
+from extender.state.service import SchedulingService
+from tests import manifests as m
+
+NODES = ["node-1", "node-2"]
+
+
+def prio_pod(name: str, priority: int, *claims: str, **spec: Any) -> dict[str, Any]:
+    pod = m.pod(name, *claims)
+    pod["spec"]["priority"] = priority
+    pod["spec"].update(spec)
+    pod["metadata"]["labels"] = {"app": name}
+    return pod
+
+
+class Cluster:
+    """Two nodes of two GPUs, all four held by pods of priority 100 (``low-1`` … ``low-4``)."""
+
+    def __init__(self, *extra: dict[str, Any], low_priority: int = 100, preemption: bool = True) -> None:
+        objects = m.cluster(*[m.claim(f"lc{i}") for i in range(1, 5)], *extra)
+        objects += [prio_pod(f"low-{i}", low_priority, f"lc{i}") for i in range(1, 5)]
+        self.backend = EmbeddedBackend(copy.deepcopy(objects))
+        self.service = SchedulingService(backend=self.backend, hold_seconds=0, preemption=preemption)
+
+    async def place_low_pods(self) -> None:
+        for i, node in zip(range(1, 5), ["node-1", "node-1", "node-2", "node-2"], strict=True):
+            await self.service.bind("default", f"low-{i}", f"uid-low-{i}", node)
+
+    def add(self, obj: dict[str, Any]) -> dict[str, Any]:
+        return self.backend.apply(obj)
+
+    async def filter(self, name: str, nodes: list[str] = NODES) -> Any:
+        raw = self.backend.get("Pod", "default", name)
+        assert raw is not None
+        return await self.service.filter_and_recover(raw, nodes)
+
+    def pods(self) -> set[str]:
+        return {p["metadata"]["name"] for p in self.backend.list_objects("Pod")}
+
+
+async def started(*extra: dict[str, Any], **options: Any) -> Cluster:
+    cluster = Cluster(*extra, **options)
+    await cluster.place_low_pods()
+    return cluster
+
+
+async def test_a_high_priority_pod_evicts_exactly_one_holder_and_gets_its_device() -> None:
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"))
+    first = await c.filter("high")
+    assert first.node_names == [] and not first.error
+    [node] = [n for n, reason in first.failed.items() if reason.startswith(WAITING_FOR_VICTIMS)]
+    gone = {f"low-{i}" for i in range(1, 5)} - c.pods()
+    assert len(gone) == 1  # exactly one victim, on the node the plan chose
+    victim = gone.pop()
+    assert c.backend.get("Pod", "default", "high")["status"]["nominatedNodeName"] == node  # type: ignore[index]
+    events = [(pod, reason) for pod, _, reason, _ in c.backend.events]
+    assert (f"default/{victim}", "Preempted") in events and ("default/high", "Preempting") in events
+    # a pod of lower priority that comes now cannot take the freed device
+    c.add(m.claim("tc"))
+    c.add(prio_pod("third", 100, "tc"))
+    third = await c.filter("third")
+    assert third.node_names == [] and "nominated for preemptor default/high" in third.failed[node]
+    # the preemptor's next attempt fits there and binds
+    again = await c.filter("high")
+    assert again.node_names == [node]
+    await c.service.bind("default", "high", "uid-high", node)
+    assert not c.service.cluster.nominations
+    assert c.service.preemption.stats.victims == 1
+
+
+async def test_no_second_preemption_while_the_first_is_under_way() -> None:
+    """The eviction does not go through (the API server is down, say): the victim stays, and the
+    preemptor waits for it on its node instead of preempting again."""
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"))
+    c.backend.faults.fail("evict_pod", ApiUnavailable("injected"))
+    await c.filter("high")
+    assert len(c.pods()) == 5 and c.backend.faults.calls["evict_pod"] == 1
+    second = await c.filter("high")
+    [reason] = [r for r in second.failed.values() if r.startswith(WAITING_FOR_VICTIMS)]
+    assert reason == f"{WAITING_FOR_VICTIMS} (1 of them still there)"
+    assert c.backend.faults.calls["evict_pod"] == 1 and c.service.preemption.stats.preemptions == {"started": 1}
+
+
+async def test_equal_priority_pods_never_preempt_each_other() -> None:
+    c = await started(m.claim("hc"), prio_pod("same", 100, "hc"))
+    outcome = await c.filter("same")
+    assert outcome.node_names == [] and not any(r.startswith(WAITING_FOR_VICTIMS) for r in outcome.failed.values())
+    assert len(c.pods()) == 5 and not c.backend.events
+
+
+async def test_preemption_policy_never_evicts_nobody() -> None:
+    c = await started(m.claim("hc"), prio_pod("polite", 1000, "hc", preemptionPolicy="Never"))
+    await c.filter("polite")
+    assert len(c.pods()) == 5
+
+
+async def test_preemption_switched_off_evicts_nobody() -> None:
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"), preemption=False)
+    outcome = await c.filter("high")
+    assert outcome.node_names == [] and len(c.pods()) == 5
+
+
+def budget(name: str, app: str, allowed: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": app}}, "maxUnavailable": allowed},
+        "status": {"disruptionsAllowed": allowed},
+    }
+
+
+async def test_a_budget_that_forbids_the_eviction_makes_it_choose_another_victim() -> None:
+    """Every low pod but low-4 is protected: whichever the plan picks first, the one evicted in the
+    end is low-4."""
+    budgets = [budget(f"pdb-{i}", f"low-{i}", 0) for i in (1, 2, 3)]
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"), *budgets)
+    outcome = await c.filter("high")
+    assert any(r.startswith(WAITING_FOR_VICTIMS) for r in outcome.failed.values())
+    assert {f"low-{i}" for i in range(1, 5)} - c.pods() == {"low-4"}
+
+
+async def test_when_every_holder_is_protected_the_pod_waits() -> None:
+    budgets = [budget(f"pdb-{i}", f"low-{i}", 0) for i in range(1, 5)]
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"), *budgets)
+    outcome = await c.filter("high")
+    assert outcome.node_names == [] and len(c.pods()) == 6 - 1  # nobody evicted (high + 4 low)
+    assert c.service.preemption.stats.preemptions.get("refused") == MAX_REFUSALS + 1  # the first choice and 3 more
+    assert not c.service.cluster.nominations
+
+
+async def test_a_pod_needing_two_devices_evicts_both_holders_on_one_node() -> None:
+    c = await started(m.claim("hc", count=2), prio_pod("high", 1000, "hc"))
+    outcome = await c.filter("high")
+    [node] = [n for n, r in outcome.failed.items() if r.startswith(WAITING_FOR_VICTIMS)]
+    gone = {f"low-{i}" for i in range(1, 5)} - c.pods()
+    on_node = {"node-1": {"low-1", "low-2"}, "node-2": {"low-3", "low-4"}}[node]
+    assert gone == on_node
+
+
+async def test_the_lowest_priority_holders_go_first() -> None:
+    c = Cluster(m.claim("hc"), prio_pod("high", 1000, "hc"))
+    low = c.backend.get("Pod", "default", "low-3")
+    assert low is not None
+    low["spec"]["priority"] = 10
+    c.backend.apply(low)
+    await c.place_low_pods()
+    await c.filter("high")
+    assert {f"low-{i}" for i in range(1, 5)} - c.pods() == {"low-3"}
+
+
+async def test_a_shared_claim_with_a_consumer_that_stays_frees_nothing() -> None:
+    """low-1 and a pod of priority 2000 share lc1: evicting low-1 frees no device, so the plan
+    takes a pod of node-1 whose claim is its own (or node-2's)."""
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"), prio_pod("vip", 2000, "lc1"))
+    await c.service.bind("default", "vip", "uid-vip", "node-1")
+    await c.filter("high")
+    gone = {f"low-{i}" for i in range(1, 5)} - c.pods()
+    assert len(gone) == 1 and gone != {"low-1"}
+
+
+# --- the choice itself ---------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    frees=st.lists(st.integers(min_value=0, max_value=3), min_size=1, max_size=8),
+    need=st.integers(min_value=1, max_value=8),
+    seed=st.integers(min_value=0, max_value=1000),
+)
+def test_the_chosen_victims_fit_and_none_can_be_spared(frees: list[int], need: int, seed: int) -> None:
+    """A random instance: each candidate frees some devices, the pod needs ``need``. Whatever is
+    chosen fits, and sparing any one chosen victim breaks the fit (irreducible)."""
+    rng = random.Random(seed)
+    victims = [Victim("ns", f"v{i}", f"u{i}", rng.randint(0, 5)) for i in range(len(frees))]
+    freed = {v.uid: n for v, n in zip(victims, frees, strict=True)}
+
+    def fits(removed: frozenset[str]) -> bool:
+        return sum(freed[u] for u in removed) >= need
+
+    chosen = choose_victims(fits, victims)
+    if sum(frees) < need:
+        assert chosen is None
+        return
+    assert chosen is not None
+    uids = frozenset(v.uid for v in chosen)
+    assert fits(uids)
+    for victim in chosen:
+        assert not fits(uids - {victim.uid})
+    # most important first
+    assert [v.priority for v in chosen] == sorted((v.priority for v in chosen), reverse=True)
