@@ -194,6 +194,7 @@ class _StateCollector(Collector):
             metric.add_metric([], value)
             yield metric
         yield from _classic_metrics(service)
+        yield from _preemption_metrics(service)
         cache = GaugeMetricFamily(f"{NAMESPACE}_cache_objects", "Objects held in the cache, by kind.", labels=["kind"])
         for kind, size in (
             ("slices", len(store.slices)),
@@ -267,3 +268,25 @@ def _classic_metrics(service: SchedulingService) -> Iterator[Metric]:
         metric = CounterMetricFamily(f"{NAMESPACE}_{name}", text)
         metric.add_metric([], value)
         yield metric
+
+
+def _preemption_metrics(service: SchedulingService) -> Iterator[Metric]:
+    """Device-aware preemption (``state/preemption.py``)."""
+    stats = service.preemption.stats
+    outcomes = CounterMetricFamily(
+        f"{NAMESPACE}_preemptions",
+        "Preemptions for pods no node fits, by outcome: started (victims evicted), refused (a "
+        "PodDisruptionBudget protected the chosen victim), none (no set of victims frees the devices).",
+        labels=["outcome"],
+    )
+    for name in ("started", "refused", "none"):
+        outcomes.add_metric([name], stats.preemptions.get(name, 0))
+    yield outcomes
+    victims = CounterMetricFamily(f"{NAMESPACE}_preemption_victims", "Pods evicted to free devices.")
+    victims.add_metric([], stats.victims)
+    yield victims
+    nominations = GaugeMetricFamily(
+        f"{NAMESPACE}_nominations", "Preemptors whose freed devices are held for them (nominations standing)."
+    )
+    nominations.add_metric([], len(service.cluster.nominations.by_uid))
+    yield nominations

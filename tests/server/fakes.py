@@ -9,6 +9,8 @@ from typing import Any, cast
 
 from extender.state.classic import ClassicStats
 from extender.state.ledger import InFlightLedger
+from extender.state.nominations import Nominations
+from extender.state.preemption import PreemptionStats
 from extender.state.service import FilterOutcome, SchedulingService, ServiceStats
 from extender.state.store import ObjectStore
 
@@ -42,6 +44,18 @@ class FakeClassic:
 
 
 @dataclass
+class FakePreemption:
+    """What the server reads of device-aware preemption: its counters."""
+
+    stats: PreemptionStats = field(default_factory=PreemptionStats)
+
+
+@dataclass
+class FakeCluster:
+    nominations: Nominations = field(default_factory=Nominations)
+
+
+@dataclass
 class FakeService:
     """Answers from its attributes; ``raise_on[verb]`` makes that verb raise instead."""
 
@@ -59,6 +73,8 @@ class FakeService:
     ledger: InFlightLedger = field(default_factory=InFlightLedger)
     stats: ServiceStats = field(default_factory=ServiceStats)
     classic: FakeClassic = field(default_factory=lambda: FakeClassic())
+    preemption: FakePreemption = field(default_factory=lambda: FakePreemption())
+    cluster: FakeCluster = field(default_factory=lambda: FakeCluster())
 
     @property
     def store(self) -> ObjectStore:

@@ -205,3 +205,17 @@ def test_the_chosen_victims_fit_and_none_can_be_spared(frees: list[int], need: i
         assert not fits(uids - {victim.uid})
     # most important first
     assert [v.priority for v in chosen] == sorted((v.priority for v in chosen), reverse=True)
+
+
+async def test_preemption_is_counted_in_the_metrics() -> None:
+    from prometheus_client import generate_latest
+
+    from extender.server.metrics import Metrics
+
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"))
+    metrics = Metrics(c.service)
+    await c.filter("high")
+    text = generate_latest(metrics.registry).decode()
+    assert 'dra_extender_preemptions_total{outcome="started"} 1.0' in text
+    assert "dra_extender_preemption_victims_total 1.0" in text
+    assert "dra_extender_nominations 1.0" in text
