@@ -18,6 +18,7 @@ from extender.core.explain import explain_node
 from extender.core.model import DeviceID, NodeInfo, PodSchedulingContext, UnparsedVersion
 from extender.state.claims import PodClaims, pod_identity
 from extender.state.cluster import ClusterView
+from extender.state.preemption import DevicePreemption
 from extender.state.verdicts import FilterOutcome
 
 __all__ = [
@@ -47,6 +48,8 @@ class DebugViews:
         self.cluster = cluster
         self.store = cluster.store
         self._filter = filter_without_holds
+        #: Set by the service: explain then says who would have to go for a pod no node fits.
+        self.preemption: DevicePreemption | None = None
 
     def claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         raw = self.store.raw_claims.get(f"{namespace}/{name}")
@@ -155,7 +158,38 @@ class DebugViews:
                 # explain_node looks only at the claims still to allocate; the verdict is the filter's
                 explanation["fits"] = False
             out["nodes"].append(explanation)
+        self._explain_preemption(out, claims, outcome)
         return out
+
+    def _explain_preemption(self, out: dict[str, Any], claims: PodClaims, outcome: FilterOutcome) -> None:
+        """For a pod no node fits: per node that failed for want of devices, who would have to go
+        (``DevicePreemption.victims_for``; nothing is evicted)."""
+        preemption = self.preemption
+        if preemption is None or outcome.node_names or outcome.error or not outcome.failed or not claims.to_allocate:
+            return
+        victims = preemption.victims_for(claims, sorted(outcome.failed))
+        by_node: dict[str, Any] = {}
+        for node, found in victims.items():
+            if isinstance(found, str):
+                by_node[node] = {"victims": [], "message": found}
+            elif found is None:
+                by_node[node] = {"victims": None, "message": "no set of lower-priority pods frees enough devices"}
+            else:
+                by_node[node] = {
+                    "victims": [
+                        {"pod": v.key, "uid": v.uid, "priority": v.priority, "claims": list(v.claims)} for v in found
+                    ],
+                    "message": f"{len(found)} pod(s) of lower priority would have to go",
+                }
+        out["preemption"] = {
+            "enabled": preemption.enabled,
+            "priority": claims.priority,
+            "nodes": by_node,
+        }
+        for explanation in out["nodes"]:
+            entry = by_node.get(explanation.get("node", ""))
+            if entry is not None:
+                explanation["preemption"] = entry
 
 
 def _classic_summary(pending: Sequence[PendingClassic], context: PodSchedulingContext | None) -> dict[str, Any]:

@@ -217,22 +217,43 @@ class DevicePreemption:
         wait with when claims already free will do, or None."""
         plans: list[tuple[Plan, tuple[AllocationResult, ...], set[str]]] = []
         for node in list(nodes)[: self.max_nodes]:
-            candidates = [v for v in view.victims_on(node, claims.priority, self.store) if v.uid not in excluded]
-            gone = view.gone_claims
-            if self._fits(claims, node, self._state(claims, node, gone)):
-                return f"waiting for devices of deleted pods on node {node} to be deallocated"
-            if not candidates:
-                continue
-            searched = _Search(self, claims, node, candidates, view)
-            victims = choose_victims(searched.fits, candidates)
-            if victims is None:
-                continue
-            answer, freed = searched.found[frozenset(v.uid for v in victims)]
-            plans.append((Plan(node, tuple(victims)), answer.results, freed))
+            found = self._plan_on(claims, node, view, excluded)
+            if isinstance(found, str):
+                return found
+            if found is not None:
+                plans.append(found)
         best = better_plan(plan for plan, _, _ in plans)
         if best is None:
             return None
         return next(p for p in plans if p[0] is best)
+
+    def _plan_on(
+        self, claims: PodClaims, node: str, view: _ClusterIndex, excluded: Collection[str]
+    ) -> tuple[Plan, tuple[AllocationResult, ...], set[str]] | str | None:
+        """The victims on one node, with the allocation and the freed claims; a text when the
+        claims of pods already gone will do; None when no set of victims helps."""
+        if self._fits(claims, node, self._state(claims, node, view.gone_claims)):
+            return f"waiting for devices of deleted pods on node {node} to be deallocated"
+        candidates = [v for v in view.victims_on(node, claims.priority, self.store) if v.uid not in excluded]
+        if not candidates:
+            return None
+        searched = _Search(self, claims, node, candidates, view)
+        victims = choose_victims(searched.fits, candidates)
+        if victims is None:
+            return None
+        answer, freed = searched.found[frozenset(v.uid for v in victims)]
+        return Plan(node, tuple(victims)), answer.results, freed
+
+    def victims_for(self, claims: PodClaims, nodes: Sequence[str]) -> dict[str, list[Victim] | str | None]:
+        """Explain's view, changing nothing: per node, the pods that would have to go for the pod to
+        fit there (most important first), a text when no one needs to go (devices being freed), or
+        None when no set of lower-priority pods frees enough."""
+        view = _ClusterIndex(self.store.pods.values(), self.store)
+        out: dict[str, list[Victim] | str | None] = {}
+        for node in list(nodes)[: self.max_nodes]:
+            found = self._plan_on(claims, node, view, ())
+            out[node] = found if isinstance(found, str) or found is None else list(found[0].victims)
+        return out
 
     def _state(self, claims: PodClaims, node: str, freed: Collection[str]) -> AllocatedState:
         """What is in use on ``node`` for this pod once ``freed`` hold nothing, nominations of

@@ -109,6 +109,7 @@ class SchedulingService:
             classic=self.classic,
         )
         self.views = DebugViews(self.cluster, lambda pod, names: self._filter(pod, names, hold=False))
+        self.views.preemption = self.preemption
 
     # --- filter --------------------------------------------------------------------------------
 

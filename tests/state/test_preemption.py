@@ -219,3 +219,19 @@ async def test_preemption_is_counted_in_the_metrics() -> None:
     assert 'dra_extender_preemptions_total{outcome="started"} 1.0' in text
     assert "dra_extender_preemption_victims_total 1.0" in text
     assert "dra_extender_nominations 1.0" in text
+
+
+async def test_explain_names_who_would_have_to_go_and_evicts_nobody() -> None:
+    c = await started(m.claim("hc", count=2), prio_pod("high", 1000, "hc"), m.claim("pc"), prio_pod("peer", 100, "pc"))
+    raw = c.backend.get("Pod", "default", "high")
+    assert raw is not None
+    explained = c.service.explain(raw, NODES)
+    nodes = explained["preemption"]["nodes"]
+    assert [v["pod"] for v in nodes["node-1"]["victims"]] == ["default/low-1", "default/low-2"]
+    assert [v["pod"] for v in nodes["node-2"]["victims"]] == ["default/low-3", "default/low-4"]
+    assert explained["nodes"][0]["preemption"] == nodes["node-1"]
+    # equal priority: nobody would go for "peer"
+    peer = c.backend.get("Pod", "default", "peer")
+    assert peer is not None
+    assert c.service.explain(peer, NODES)["preemption"]["nodes"]["node-1"]["victims"] is None
+    assert len(c.pods()) == 6 and not c.backend.events
