@@ -235,3 +235,76 @@ async def test_explain_names_who_would_have_to_go_and_evicts_nobody() -> None:
     assert peer is not None
     assert c.service.explain(peer, NODES)["preemption"]["nodes"]["node-1"]["victims"] is None
     assert len(c.pods()) == 6 and not c.backend.events
+
+
+def partitioned_node(node: str) -> list[dict[str, Any]]:
+    """One physical GPU as a counter set of 2 units: the whole device takes both, each half one."""
+    pool = {"name": f"{node}-gpu", "generation": 1, "resourceSliceCount": 1}
+
+    def device(name: str, kind: str, units: int) -> dict[str, Any]:
+        return {
+            "name": name,
+            "attributes": {"type": {"string": kind}},
+            "consumesCounters": [{"counterSet": "gpu", "counters": {"units": {"value": str(units)}}}],
+        }
+
+    return [
+        m.node(node),
+        {
+            "apiVersion": m.V1,
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-gpu"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "nodeName": node,
+                "pool": pool,
+                "sharedCounters": [{"name": "gpu", "counters": {"units": {"value": "2"}}}],
+                "devices": [device("whole", "whole", 2), device("half-0", "half", 1), device("half-1", "half", 1)],
+            },
+        },
+    ]
+
+
+def kind_claim(name: str, kind: str) -> dict[str, Any]:
+    claim = m.claim(name)
+    claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+        {"cel": {"expression": f'device.attributes["gpu.example.com"].type == "{kind}"'}}
+    ]
+    return claim
+
+
+async def test_the_holders_of_both_partitions_go_to_free_the_whole_device() -> None:
+    objects = [m.gpu_class(), *partitioned_node("node-1"), kind_claim("h0", "half"), kind_claim("h1", "half")]
+    objects += [prio_pod("half-a", 100, "h0"), prio_pod("half-b", 50, "h1")]
+    objects += [kind_claim("w", "whole"), prio_pod("big", 1000, "w")]
+    backend = EmbeddedBackend(copy.deepcopy(objects))
+    service = SchedulingService(backend=backend, hold_seconds=0)
+    await service.bind("default", "half-a", "uid-half-a", "node-1")
+    await service.bind("default", "half-b", "uid-half-b", "node-1")
+    raw = backend.get("Pod", "default", "big")
+    assert raw is not None
+    explained = service.explain(raw, ["node-1"])
+    assert [v["pod"] for v in explained["preemption"]["nodes"]["node-1"]["victims"]] == [
+        "default/half-a",
+        "default/half-b",
+    ]
+    outcome = await service.filter_and_recover(raw, ["node-1"])
+    assert outcome.failed["node-1"].startswith(WAITING_FOR_VICTIMS)
+    assert {p["metadata"]["name"] for p in backend.list_objects("Pod")} == {"big"}
+    assert (await service.filter_and_recover(raw, ["node-1"])).node_names == ["node-1"]
+
+
+async def test_a_partition_holder_of_higher_priority_makes_the_whole_device_unreachable() -> None:
+    objects = [m.gpu_class(), *partitioned_node("node-1"), kind_claim("h0", "half"), kind_claim("h1", "half")]
+    objects += [prio_pod("half-a", 100, "h0"), prio_pod("half-vip", 5000, "h1")]
+    objects += [kind_claim("w", "whole"), prio_pod("big", 1000, "w")]
+    backend = EmbeddedBackend(copy.deepcopy(objects))
+    service = SchedulingService(backend=backend, hold_seconds=0)
+    await service.bind("default", "half-a", "uid-half-a", "node-1")
+    await service.bind("default", "half-vip", "uid-half-vip", "node-1")
+    raw = backend.get("Pod", "default", "big")
+    assert raw is not None
+    outcome = await service.filter_and_recover(raw, ["node-1"])
+    assert not outcome.failed["node-1"].startswith(WAITING_FOR_VICTIMS)
+    assert len(backend.list_objects("Pod")) == 3  # evicting half-a alone would not help: nobody goes
+    assert service.preemption.stats.preemptions == {"none": 1}
