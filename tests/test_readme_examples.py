@@ -231,6 +231,15 @@ def _check_template_pod(body: Any) -> None:
     assert status["resourceClaimName"].startswith("notebook-3-slice-")
 
 
+def _check_preempt(body: Any) -> None:
+    # node-1: its in-tree victim suffices (free devices), passed through; node-2: a placeholder that fits, left out
+    assert body == {
+        "NodeNameToMetaVictims": {
+            "node-1": {"Pods": [{"UID": "7f000000-0000-4000-8000-0000000000a1"}], "NumPDBViolations": 0}
+        }
+    }
+
+
 FPGA_POD_UID = "7f000000-0000-4000-8000-00000000000d"
 
 
@@ -275,6 +284,7 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "shared-filter": _check_shared_filter,
     "template-filter": _check_template_filter,
     "template-pod": _check_template_pod,
+    "preempt": _check_preempt,
     "classic-filter": _check_classic_filter,
     "classic-context": _check_classic_context,
     "classic-filter-again": _check_classic_filter_again,

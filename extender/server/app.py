@@ -2,7 +2,7 @@
 
 Nothing happens at import time. Routes (under ``settings.path_prefix``, default ``/``):
 
-- ``POST filter``, ``POST prioritize``, ``POST bind``: the kube-scheduler extender verbs;
+- ``POST filter``, ``POST prioritize``, ``POST preempt``, ``POST bind``: the kube-scheduler extender verbs;
 - ``POST debug/explain``; ``GET debug/resourceclaims/{namespace}/{name}``,
   ``GET debug/pods/{namespace}/{name}``, ``GET debug/nodes/{node}``,
   ``GET debug/podschedulingcontexts/{namespace}/{name}`` (classic DRA);
@@ -48,6 +48,7 @@ def create_app(service: SchedulingService, settings: ServerSettings | None = Non
     router = app.router
     router.add_post(f"{prefix}filter", handlers.filter_nodes, name="filter")
     router.add_post(f"{prefix}prioritize", handlers.prioritize, name="prioritize")
+    router.add_post(f"{prefix}preempt", handlers.preempt, name="preempt")
     router.add_post(f"{prefix}bind", handlers.bind, name="bind")
     router.add_post(f"{prefix}debug/explain", debug.explain, name="explain")
     router.add_get(f"{prefix}debug/resourceclaims/{{namespace}}/{{name}}", debug.debug_claim, name="debug_claim")

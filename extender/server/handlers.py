@@ -31,6 +31,8 @@ from extender.server.wire import (
     filter_result,
     parse_binding_args,
     parse_extender_args,
+    parse_preemption_args,
+    preemption_result,
     wire_field,
 )
 from extender.state.service import FilterOutcome
@@ -41,6 +43,7 @@ __all__ = [
     "filter_nodes",
     "healthz",
     "metrics",
+    "preempt",
     "prioritize",
     "read_json",
     "readyz",
@@ -156,6 +159,38 @@ async def prioritize(request: web.Request) -> web.Response:
             duration_ms=_duration_ms(start),
         )
     return json_body_response(body)
+
+
+async def preempt(request: web.Request) -> web.Response:
+    """ExtenderPreemptionResult: kube-scheduler's victims per node, with the device holders that
+    must also go (``state/preempt_verb.py``). A failure answers no node (no preemption this time)
+    and says why in ``Error``."""
+    service, metrics = request.app[SERVICE], request.app[METRICS]
+    args = parse_preemption_args(await read_json(request))
+    pod_key = args.pod_key
+    start = time.perf_counter()
+    with log_context(pod=pod_key):
+        try:
+            outcome = await service.preempt(args.pod, args.victims)
+        except Exception as exc:
+            metrics.errors_by("preempt", type(exc).__name__).inc()
+            if isinstance(exc, ExtenderError):
+                log.info("preempt.decided", pod=pod_key, error=exc.reason, duration_ms=_duration_ms(start))
+            else:
+                log.exception("preempt.crashed", pod=pod_key)
+            return json_response(preemption_result({}, error_text(exc)))
+        if outcome.error:
+            metrics.errors_by("preempt", "Error").inc()
+        log.info(
+            "preempt.decided",
+            pod=pod_key,
+            meta=args.meta,
+            nodes=len(args.victims),
+            returned=len(outcome.victims),
+            error=outcome.error,
+            duration_ms=_duration_ms(start),
+        )
+    return json_response(preemption_result(outcome.victims, outcome.error))
 
 
 async def bind(request: web.Request) -> web.Response:

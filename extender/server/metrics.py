@@ -24,6 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
+from extender.state.preempt_verb import OUTCOMES as PREEMPT_VERB_OUTCOMES
 from extender.state.service import SchedulingService
 
 __all__ = ["NAMESPACE", "Labelled", "Metrics"]
@@ -290,3 +291,14 @@ def _preemption_metrics(service: SchedulingService) -> Iterator[Metric]:
     )
     nominations.add_metric([], len(service.cluster.nominations.by_uid))
     yield nominations
+    verb = CounterMetricFamily(
+        f"{NAMESPACE}_preempt_verb_nodes",
+        "Nodes of preempt requests by what the verb answered for them: passed_through, added (device "
+        "holders added to kube-scheduler's victims), or omitted: fits_already, unresolvable, "
+        "higher_priority_victim, no_victims_help, out_of_time.",
+        labels=["outcome"],
+    )
+    counted = service.preempt_verb.stats.nodes
+    for name in PREEMPT_VERB_OUTCOMES:
+        verb.add_metric([name], counted.get(name, 0))
+    yield verb

@@ -30,7 +30,7 @@ from aiohttp.typedefs import Handler
 from structlog.contextvars import bind_contextvars
 
 from extender.server.keys import METRICS, SETTINGS
-from extender.server.wire import BadRequest, binding_result, error_filter_result, error_text
+from extender.server.wire import BadRequest, binding_result, error_filter_result, error_text, preemption_result
 
 __all__ = [
     "REQUEST_ID_HEADER",
@@ -46,7 +46,7 @@ log = structlog.get_logger()
 
 REQUEST_ID_HEADER = "X-Request-Id"
 #: Route names of the extender verbs: their failures are answered in the extender format.
-VERBS = frozenset({"filter", "prioritize", "bind"})
+VERBS = frozenset({"filter", "prioritize", "preempt", "bind"})
 #: A caller's request id is echoed into logs only if it looks like an id, not like an injection.
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._:/+=-]{1,128}$")
 
@@ -156,6 +156,8 @@ def _crashed(request: web.Request, verb: str | None, exc: Exception) -> web.Resp
         return json_response([])  # no opinion: omitted hosts get no extender score
     if verb == "bind":
         return json_response(binding_result(error_text(exc)))
+    if verb == "preempt":
+        return json_response(preemption_result({}, error_text(exc)))  # no node: no preemption
     return json_error(500, error_text(exc))
 
 

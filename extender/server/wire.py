@@ -11,7 +11,11 @@ problem, before anything changes. Answers are built as plain dicts for ``orjson`
   the full Node objects that passed.
 - ``HostPriorityList`` ``[{"Host", "Score"}]`` (``encode_priority_columns`` writes its JSON directly
   from the service's columns of hosts and scores, ``encode_priority_list`` from pairs: one dict per
-  node is most of what prioritize costs the server); ``ExtenderBindingResult`` ``{Error}``.
+  node is most of what prioritize costs the server); ``ExtenderBindingResult`` ``{Error}``;
+- ``ExtenderPreemptionResult`` ``{NodeNameToMetaVictims: {node: {Pods: [{UID}], NumPDBViolations}}}``,
+  always the Meta form (the scheduler maps UIDs back to the pods on each node). Upstream's type has
+  no ``Error``: a failure adds one for people and logs, beside an empty map, which kube-scheduler
+  reads as "no preemption" (it never reads ``Error`` there).
 
 ``wire_field`` is the one place that decides which field an ``ExtenderError`` lands in.
 """
@@ -27,12 +31,14 @@ from typing import Any
 import orjson
 
 from extender.core.errors import DoesNotFit, ExtenderError, NodeUnresolvable
+from extender.state.preempt_verb import NodeVictims
 
 __all__ = [
     "BadRequest",
     "BindingArgs",
     "EncodedAnswers",
     "ExtenderArgs",
+    "PreemptionArgs",
     "WireField",
     "binding_result",
     "encode_priority_columns",
@@ -42,6 +48,8 @@ __all__ = [
     "filter_result",
     "parse_binding_args",
     "parse_extender_args",
+    "parse_preemption_args",
+    "preemption_result",
     "priority_list",
     "wire_field",
 ]
@@ -113,6 +121,21 @@ class BindingArgs:
     @property
     def pod_key(self) -> str:
         return f"{self.pod_namespace}/{self.pod_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionArgs:
+    """An ExtenderPreemptionArgs: the pod and its victims per node, in request order."""
+
+    pod: dict[str, Any]
+    victims: dict[str, NodeVictims]
+    #: ``NodeNameToMetaVictims`` (UIDs only, nodeCacheCapable true) rather than full pods.
+    meta: bool = True
+
+    @property
+    def pod_key(self) -> str:
+        meta = self.pod["metadata"]
+        return f"{meta.get('namespace') or 'default'}/{meta['name']}"
 
 
 def _object(value: Any, what: str) -> dict[str, Any]:
@@ -244,6 +267,55 @@ def parse_binding_args(body: Any) -> BindingArgs:
     return BindingArgs(*values)
 
 
+def parse_preemption_args(body: Any) -> PreemptionArgs:
+    """ExtenderPreemptionArgs: ``Pod`` required; ``NodeNameToVictims`` (full pods, nodeCacheCapable
+    false) or ``NodeNameToMetaVictims`` (``{"UID": ...}``, nodeCacheCapable true) required, a map of
+    node name to ``{"Pods": [...], "NumPDBViolations": n}`` (``Pods`` null: none, as Go encodes an
+    empty list). Upstream sends one of the two; if both come, ``NodeNameToVictims`` decides."""
+    args = _object(body, "request body")
+    if "Pod" not in args or args["Pod"] is None:
+        raise BadRequest("Pod is required")
+    pod = _check_pod(args["Pod"])
+    full, meta = args.get("NodeNameToVictims"), args.get("NodeNameToMetaVictims")
+    if full is None and meta is None:
+        raise BadRequest("one of NodeNameToVictims or NodeNameToMetaVictims is required")
+    key = "NodeNameToVictims" if full is not None else "NodeNameToMetaVictims"
+    nodes = _object(full if full is not None else meta, key)
+    victims: dict[str, NodeVictims] = {}
+    for node, raw in nodes.items():
+        if not node:
+            raise BadRequest(f"{key} has an empty node name")
+        victims[node] = _node_victims(raw, f"{key}[{node!r}]", full=full is not None)
+    return PreemptionArgs(pod=pod, victims=victims, meta=full is None)
+
+
+def _node_victims(raw: Any, what: str, *, full: bool) -> NodeVictims:
+    entry = _object(raw, what)
+    pods = entry.get("Pods")
+    if pods is None:
+        pods = []
+    if not isinstance(pods, list):
+        raise BadRequest(f"{what}.Pods must be an array, not {_json_type(pods)}")
+    count = entry.get("NumPDBViolations", 0)
+    if count is None:
+        count = 0
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise BadRequest(f"{what}.NumPDBViolations must be a non-negative integer")
+    uids: list[str] = []
+    for i, item in enumerate(pods):
+        victim = _object(item, f"{what}.Pods[{i}]")
+        if full:
+            uid = _object(victim.get("metadata"), f"{what}.Pods[{i}].metadata").get("uid")
+            if not isinstance(uid, str) or not uid:
+                raise BadRequest(f"{what}.Pods[{i}].metadata.uid must be a non-empty string")
+        else:
+            uid = victim.get("UID")
+            if not isinstance(uid, str) or not uid:
+                raise BadRequest(f"{what}.Pods[{i}].UID must be a non-empty string")
+        uids.append(uid)
+    return NodeVictims(tuple(uids), count, tuple(pods) if full else None)
+
+
 # --- answers ----------------------------------------------------------------------------------
 
 
@@ -367,6 +439,19 @@ def _encode_pairs(scores: Sequence[tuple[str, Any]]) -> tuple[bytes, tuple[str, 
     answer = priority_list(scores)
     best = max(answer, key=_SCORE, default=None)
     return orjson.dumps(answer), None if best is None else (best["Host"], best["Score"])
+
+
+def preemption_result(victims: Mapping[str, NodeVictims], error: str = "") -> dict[str, Any]:
+    """ExtenderPreemptionResult, in the Meta form; ``Error`` only when there is one."""
+    result: dict[str, Any] = {
+        "NodeNameToMetaVictims": {
+            node: {"Pods": [{"UID": uid} for uid in entry.uids], "NumPDBViolations": entry.pdb_violations}
+            for node, entry in victims.items()
+        }
+    }
+    if error:
+        result["Error"] = error
+    return result
 
 
 def binding_result(error: str = "") -> dict[str, str]:

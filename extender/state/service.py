@@ -10,6 +10,8 @@ module of one concern (docs/architecture.md draws them):
 - ``binding.py``: the bind verb (decide at arrival, wait for template claims, write, roll back),
   over ``claim_writes.py``;
 - ``recovery.py``: PostFilter's deallocation of a claim that keeps a pod from every node;
+- ``preemption.py``: device-aware preemption driven by filter; ``preempt_verb.py``: kube-scheduler's
+  ``preempt`` verb (its victims per node, with the device holders that must also go);
 - ``debug.py``: what the debug endpoints and explain show.
 
 Answers (``extender.core.answers``): a node where the claims fit passes; ``Unfit`` is
@@ -40,6 +42,7 @@ from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
 from extender.state.holds import DEFAULT_HOLD_SECONDS, Holds, one_best
 from extender.state.ledger import InFlightLedger
+from extender.state.preempt_verb import DEFAULT_PREEMPT_TIMEOUT_SECONDS, NodeVictims, PreemptOutcome, PreemptVerb
 from extender.state.preemption import DevicePreemption
 from extender.state.recovery import deallocate_claim, stuck_claim
 from extender.state.stats import ServiceStats
@@ -59,7 +62,7 @@ log = structlog.get_logger()
 
 
 class SchedulingService:
-    """filter / prioritize / bind / explain over one backend; see the module docstring."""
+    """filter / prioritize / preempt / bind / explain over one backend; see the module docstring."""
 
     def __init__(
         self,
@@ -75,6 +78,7 @@ class SchedulingService:
         bind_deadline_seconds: float = DEFAULT_BIND_DEADLINE_SECONDS,
         filter_timeout_seconds: float = DEFAULT_FILTER_TIMEOUT_SECONDS,
         preemption: bool = True,
+        preempt_timeout_seconds: float = DEFAULT_PREEMPT_TIMEOUT_SECONDS,
     ) -> None:
         """``on_rejected`` is told of every pod that no offered node fits (the kube backend uses it
         to requeue such pods quickly once devices free up). ``hold_seconds`` > 0 turns on the
@@ -83,7 +87,8 @@ class SchedulingService:
         the whole time a bind may take (and, through ``ledger_ttl``, how long in-flight entries
         live unless a ``ledger`` is given), ``filter_timeout_seconds`` each node's search budget
         (upstream's ``filterTimeout``; 0: none); ``preemption`` turns device-aware preemption on
-        (``preemption.py``)."""
+        (``preemption.py``); the preempt verb decides within 80 % of ``preempt_timeout_seconds``
+        (``preempt_verb.py``)."""
         self.backend = backend
         self.store = backend.store
         self.ledger = ledger if ledger is not None else InFlightLedger(ttl_seconds=ledger_ttl(bind_deadline_seconds))
@@ -98,6 +103,7 @@ class SchedulingService:
         self.verdicts = VerdictCache(self.cluster, features)
         self.classic = ClassicNegotiator(self.cluster)
         self.preemption = DevicePreemption(self.cluster, enabled=preemption)
+        self.preempt_verb = PreemptVerb(self.cluster, self.preemption, timeout_seconds=preempt_timeout_seconds)
         self.holds = Holds(self.cluster, self.stats, seconds=hold_seconds, binding=binding)
         self.binder = Binder(
             self.cluster,
@@ -244,6 +250,21 @@ class SchedulingService:
             return ScoringPolicy.parse(str(text))
         except ValueError as exc:
             raise PodUnschedulable(f"annotation {self.scoring_annotation}: {exc}") from exc
+
+    # --- preempt -------------------------------------------------------------------------------
+
+    async def preempt(self, pod: Mapping[str, Any], victims: Mapping[str, NodeVictims]) -> PreemptOutcome:
+        """The preempt verb (``preempt_verb.py``): kube-scheduler's victims per node, with the
+        device holders that must also go, and without the nodes where no victims free the devices.
+        A problem answers no node (no preemption this time) with ``error``."""
+        if not self.backend.synced:
+            return PreemptOutcome({}, error=NOT_SYNCED)
+        try:
+            pod = self.cluster.pod(pod)
+            claims = self.cluster.claims(pod)
+        except ExtenderError as exc:
+            return PreemptOutcome({}, error=exc.reason)
+        return PreemptOutcome(await self.preempt_verb.decide(claims, victims))
 
     # --- bind ----------------------------------------------------------------------------------
 

@@ -227,7 +227,7 @@ def test_extender_entry(variant: str) -> None:
     assert extender["nodeCacheCapable"] is True
     assert extender["ignorable"] is False
     assert extender["weight"] > 0
-    assert {"filterVerb", "prioritizeVerb", "bindVerb"} <= set(extender)
+    assert {"filterVerb", "prioritizeVerb", "preemptVerb", "bindVerb"} <= set(extender)
     assert "managedResources" not in extender, "every pod of the profile must reach the extender"
     # bind writes each claim (finalizer, status with conflict retries) before the Binding.
     assert go_duration_seconds(extender["httpTimeout"]) >= 15
@@ -271,7 +271,7 @@ def test_verbs_are_routes_of_the_server(variant: str) -> None:
     (extender,) = scheduler_config(_docs(variant))["extenders"]
     url = urlsplit(extender["urlPrefix"])
     verbs = [extender[k] for k in ("filterVerb", "prioritizeVerb", "bindVerb", "preemptVerb") if extender.get(k)]
-    assert len(verbs) == 3
+    assert len(verbs) == 4
     for verb in verbs:
         # kube-scheduler: strings.TrimRight(urlPrefix, "/") + "/" + verb
         path = url.path.rstrip("/") + "/" + verb

@@ -10,6 +10,7 @@ from typing import Any, cast
 from extender.state.classic import ClassicStats
 from extender.state.ledger import InFlightLedger
 from extender.state.nominations import Nominations
+from extender.state.preempt_verb import PreemptVerbStats
 from extender.state.preemption import PreemptionStats
 from extender.state.service import FilterOutcome, SchedulingService, ServiceStats
 from extender.state.store import ObjectStore
@@ -51,6 +52,13 @@ class FakePreemption:
 
 
 @dataclass
+class FakePreemptVerb:
+    """What the server reads of the preempt verb: its counters."""
+
+    stats: PreemptVerbStats = field(default_factory=PreemptVerbStats)
+
+
+@dataclass
 class FakeCluster:
     nominations: Nominations = field(default_factory=Nominations)
 
@@ -74,6 +82,7 @@ class FakeService:
     stats: ServiceStats = field(default_factory=ServiceStats)
     classic: FakeClassic = field(default_factory=lambda: FakeClassic())
     preemption: FakePreemption = field(default_factory=lambda: FakePreemption())
+    preempt_verb: FakePreemptVerb = field(default_factory=lambda: FakePreemptVerb())
     cluster: FakeCluster = field(default_factory=lambda: FakeCluster())
 
     @property

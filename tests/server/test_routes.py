@@ -391,8 +391,8 @@ async def test_bind_missing_fields_are_400(client: Client, fake: FakeService, mi
 
 
 async def test_unknown_path_is_a_json_404(client: Client) -> None:
-    response = await client.post("/preempt", json={})
-    assert (response.status, await response.json()) == (404, {"error": "no such endpoint: /preempt"})
+    response = await client.post("/reserve", json={})  # an extension point extenders do not have
+    assert (response.status, await response.json()) == (404, {"error": "no such endpoint: /reserve"})
 
 
 async def test_wrong_method_is_a_json_405(client: Client) -> None:
