@@ -36,7 +36,7 @@ from extender.state import cooperative
 from extender.state.backend import Backend
 from extender.state.binding import DEFAULT_BIND_DEADLINE_SECONDS, DEFAULT_CLAIM_WAIT_SECONDS, Binder, ledger_ttl
 from extender.state.claim_writes import DELETE_PROTECTION_FINALIZER
-from extender.state.claims import pod_identity
+from extender.state.claims import PodClaims, pod_identity
 from extender.state.classic import ClassicNegotiator
 from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
@@ -153,10 +153,23 @@ class SchedulingService:
             result = self.preemption.respect_nominations(claims, result)
         if not result.node_names and self.on_rejected is not None:
             self.on_rejected(pod)
-        elif hold and verdicts is not None and len(result.node_names) == 1:
+        elif (
+            hold
+            and verdicts is not None
+            and len(result.node_names) == 1
+            and self._may_hold(claims, result.node_names[0])
+        ):
             node = result.node_names[0]
             self.holds.hold(claims, node, None if node in verdicts.stale else verdicts.by_node.get(node))
         return result
+
+    def _may_hold(self, claims: PodClaims, node: str) -> bool:
+        """No tentative hold where devices are nominated for a preemptor this pod must leave alone:
+        the hold's devices are chosen without the nomination, and could be the nominated ones (the
+        bind, which sees the nomination, picks others)."""
+        return not self.cluster.nominations or not self.cluster.nominations.against(
+            claims.pod_uid, claims.priority, node
+        )
 
     async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
         """``filter``, letting the event loop run during a long search (``cooperative.py``); then,
@@ -234,7 +247,7 @@ class SchedulingService:
         scores = list(map(score_by_code.__getitem__, codes))
         if self.holds.enabled and claims.to_allocate and scores:
             best = one_best(scores, codes)
-            if best is not None:
+            if best is not None and self._may_hold(claims, candidates.names[best]):
                 node = candidates.names[best]
                 self.holds.hold(claims, node, None if node in verdicts.stale else verdicts.by_node.get(node))
         # a tuple: the list is the service's own canonical one (``VerdictCache.candidates``)
