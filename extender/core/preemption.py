@@ -40,6 +40,8 @@ class Victim:
     start_time: str = ""
     #: keys of the claims it consumes (in their ``reservedFor``)
     claims: tuple[str, ...] = ()
+    #: its ``terminationGracePeriodSeconds`` (the default 30 when unset)
+    grace_seconds: float = 30.0
 
     @property
     def key(self) -> str:

@@ -38,6 +38,9 @@ class Nomination:
     #: the claims the victims' removal frees
     freed: frozenset[str]
     expires: float
+    #: whether the store showed the preemptor when the nomination was made (then its absence
+    #: later means it was deleted; otherwise the pod watch has not shown it yet)
+    seen: bool = True
 
 
 class Nominations:
@@ -60,12 +63,19 @@ class Nominations:
     def expire(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
         """Drop the nominations of preemptors bound, gone or re-created, and the expired ones."""
         now = self.clock()
+        victims_left: set[str] | None = None
         for uid, nomination in list(self.by_uid.items()):
             pod = pods.get(nomination.pod_key)
-            gone = pod is not None and pod_identity(pod)[2] != uid
+            gone = (pod is None and nomination.seen) or (pod is not None and pod_identity(pod)[2] != uid)
             bound = pod is not None and bool((pod.get("spec") or {}).get("nodeName"))
-            if now >= nomination.expires or gone or bound:
+            if gone or bound:
                 del self.by_uid[uid]
+                continue
+            if now >= nomination.expires:
+                if victims_left is None:
+                    victims_left = {pod_identity(p)[2] for p in pods.values()}
+                if not any(v.uid in victims_left for v in nomination.victims):
+                    del self.by_uid[uid]  # never while a victim is still there (a long grace period)
 
     def against(self, pod_uid: str, priority: int, node: str) -> list[Nomination]:
         """The nominations on ``node`` that a pod of ``priority`` must leave alone: those of other

@@ -34,7 +34,8 @@ empty-dict test.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,8 @@ MAX_REFUSALS = 3
 #: Most nodes a choice looks at (kube-scheduler's dry run stops at 100 candidates too).
 MAX_NODES = 100
 WAITING_FOR_VICTIMS = "waiting for preempted pods to release devices"
+#: How long one choice may look at more nodes once it has a plan (it runs on the event loop).
+CHOICE_SECONDS = 0.25
 _DONE = ("Succeeded", "Failed")
 
 
@@ -128,8 +131,19 @@ class DevicePreemption:
 
     # --- the preemptor ------------------------------------------------------------------------------
 
-    async def consider(self, pod: Mapping[str, Any], claims: PodClaims, outcome: FilterOutcome) -> FilterOutcome:
-        """No node fits the pod (``outcome``): wait for a preemption of its own, or start one."""
+    async def consider(
+        self,
+        pod: Mapping[str, Any],
+        claims: PodClaims,
+        outcome: FilterOutcome,
+        node_names: Sequence[str],
+        *,
+        fits_elsewhere: Callable[[], bool] = lambda: False,
+    ) -> FilterOutcome:
+        """No node of ``node_names`` fits the pod (``outcome``): wait for a preemption of its own,
+        or start one. ``fits_elsewhere`` says whether some node the request did not name fits
+        (asked only for a request of one node: kube-scheduler tries a nominated or hint node
+        alone, then all of them)."""
         uid = pod_identity(pod)[2]
         spec = pod.get("spec") or {}
         if (
@@ -144,14 +158,35 @@ class DevicePreemption:
         self.nominations.expire(self.store.pods)
         standing = self.nominations.by_uid.get(uid)
         if standing is not None:
-            return self._waiting(standing, outcome)
+            return self._waiting(standing, claims, outcome, node_names)
+        if not outcome.failed or self._nothing_to_take(claims, outcome.failed):
+            return outcome  # no node lacks only devices, or no pod below this one holds any there
+        if len(node_names) == 1 and fits_elsewhere():
+            return outcome  # the full pass that follows finds that node: nobody needs to go
         self._running.add(uid)
         try:
             return await self._preempt(pod, claims, outcome)
         finally:
             self._running.discard(uid)
 
-    def _waiting(self, nomination: Nomination, outcome: FilterOutcome) -> FilterOutcome:
+    def _nothing_to_take(self, claims: PodClaims, failed: Collection[str]) -> bool:
+        """Whether no running pod below this one's priority is bound to a failed node: then no
+        choice needs to be made (one pass over the pods, no allocator run)."""
+        for other in self.store.pods.values():
+            spec = other.get("spec") or {}
+            if (
+                spec.get("nodeName") in failed
+                and _priority(spec) < claims.priority
+                and (spec.get("resourceClaims") or ())
+                and (other.get("status") or {}).get("phase") not in _DONE
+            ):
+                return False
+        return True
+
+    def _waiting(
+        self, nomination: Nomination, claims: PodClaims, outcome: FilterOutcome, node_names: Sequence[str]
+    ) -> FilterOutcome:
+        """The answer while the pod's own preemption is under way."""
         present = {pod_identity(p)[2] for p in self.store.pods.values()}
         left = [v for v in nomination.victims if v.uid in present]
         if left:
@@ -162,53 +197,92 @@ class DevicePreemption:
             return FilterOutcome(
                 [], error=f"waiting for devices of preempted pods on node {nomination.node} to be deallocated"
             )
-        # the devices are free and the pod still does not fit there: the plan is stale
-        self.nominations.drop(nomination.pod_uid)
+        if nomination.node not in node_names:
+            return outcome  # not offered the nominated node this time: the nomination still stands
+        if self._fits(claims, nomination.node, self._state(claims, nomination.node, ())) is None:
+            # the devices are free and the pod does not fit there after all: the plan is stale
+            self.nominations.drop(nomination.pod_uid)
         return outcome
 
     async def _preempt(self, pod: Mapping[str, Any], claims: PodClaims, outcome: FilterOutcome) -> FilterOutcome:
+        """Choose, evict, and choose again without a pod a PodDisruptionBudget protects; pods
+        evicted by an earlier round count as gone, and the nomination covers them all."""
         namespace, name, uid = pod_identity(pod)
         excluded: set[str] = set()
+        evicted: list[Victim] = []
         for _ in range(MAX_REFUSALS + 1):
-            view = _ClusterIndex(self.store.pods.values(), self.store)
-            choice = self._choose(claims, [n for n in outcome.failed], view, excluded)
+            view = _ClusterIndex(self.store.pods.values(), self.store, removed={v.uid for v in evicted})
+            choice = self._choose(claims, list(outcome.failed), view, excluded)
             if isinstance(choice, str):
-                return FilterOutcome([], error=choice)  # freed devices will do: wait
+                if evicted:
+                    break  # what was evicted is enough: wait for it
+                return FilterOutcome([], error=choice)  # devices already being freed will do: wait
             if choice is None:
-                self.stats.count("none")
-                return outcome
-            plan, results, freed = choice
+                break
+            plan, results, _ = choice
             try:
                 await self.backend.ensure_leader()
             except ExtenderError as exc:
                 return FilterOutcome([], error=f"preemption on node {plan.node} needed, but {exc.reason}")
-            nomination = Nomination(
-                pod_key=f"{namespace}/{name}",
-                pod_uid=uid,
-                priority=claims.priority,
-                node=plan.node,
-                results=results,
-                victims=plan.victims,
-                freed=frozenset(freed),
-                expires=self.nominations.clock() + self.nomination_seconds,
-            )
-            self.nominations.add(nomination)  # before the evictions: freed devices are held at once
-            refused = await self._evict(pod, claims, plan)
-            if refused is None:
-                self.stats.count("started")
-                await self._nominate(pod, plan.node)
-                log.info(
-                    "preemption.started",
-                    pod=f"{namespace}/{name}",
+            victims = tuple(by_importance({v.uid: v for v in (*evicted, *plan.victims)}.values()))
+            released_by_victims = released({v.uid for v in victims}, self.store.claims, view.owners, _keys(victims))
+            self.nominations.add(  # before the evictions: freed devices are held at once
+                Nomination(
+                    pod_key=f"{namespace}/{name}",
+                    pod_uid=uid,
+                    priority=claims.priority,
                     node=plan.node,
-                    victims=[v.key for v in plan.victims],
+                    results=results,
+                    victims=victims,
+                    freed=frozenset(released_by_victims),
+                    expires=self.nominations.clock() + self._lifetime(plan.victims),
+                    seen=f"{namespace}/{name}" in self.store.pods,
                 )
-                failed = {**outcome.failed, plan.node: f"{WAITING_FOR_VICTIMS} ({len(plan.victims)} being evicted)"}
-                return FilterOutcome([], failed=failed, unresolvable=dict(outcome.unresolvable))
+            )
+            done, refused = await self._evict(pod, claims, plan)
+            evicted += done
+            if refused is None:
+                if not done and not evicted:
+                    self.nominations.drop(uid)  # nothing went: hold nothing for nobody
+                    return FilterOutcome([], error=f"preemption on node {plan.node}: no victim could be evicted")
+                return await self._started(pod, claims, plan.node, victims, outcome)
             self.stats.count("refused")
-            self.nominations.drop(uid)
             excluded.add(refused)
+        if evicted:
+            # A refusal after some evictions, and no complete plan since (budgets are not watched:
+            # an eviction cannot be taken back). The nomination keeps what the evicted pods free
+            # and waits only for them; it ends with its lifetime, and the next choice counts them.
+            nomination = self.nominations.by_uid.get(uid)
+            if nomination is not None:
+                nomination.victims = tuple(evicted)
+                return await self._started(pod, claims, nomination.node, tuple(evicted), outcome)
+        self.nominations.drop(uid)
+        self.stats.count("none")
         return outcome
+
+    async def _started(
+        self, pod: Mapping[str, Any], claims: PodClaims, node: str, victims: tuple[Victim, ...], outcome: FilterOutcome
+    ) -> FilterOutcome:
+        namespace, name, uid = pod_identity(pod)
+        self.stats.count("started")
+        self.backend.record_event(
+            namespace,
+            name,
+            uid,
+            kind="Normal",
+            reason="Preempting",
+            message=f"Evicting {', '.join(v.key for v in victims)} on node {node} to free devices",
+        )
+        await self._nominate(pod, node)
+        log.info("preemption.started", pod=f"{namespace}/{name}", node=node, victims=[v.key for v in victims])
+        failed = {**outcome.failed, node: f"{WAITING_FOR_VICTIMS} ({len(victims)} being evicted)"}
+        return FilterOutcome([], failed=failed, unresolvable=dict(outcome.unresolvable))
+
+    def _lifetime(self, victims: Iterable[Victim]) -> float:
+        """How long a nomination stands: the victims' longest grace period and the margin, at
+        least ``nomination_seconds`` (and never while a victim is still there: ``Nominations``)."""
+        longest = max((v.grace_seconds for v in victims), default=0.0)
+        return max(self.nomination_seconds, longest + 60.0)
 
     def _choose(
         self, claims: PodClaims, nodes: Sequence[str], view: _ClusterIndex, excluded: Collection[str]
@@ -216,7 +290,13 @@ class DevicePreemption:
         """The best plan over ``nodes`` (with its allocation and the claims it frees), a text to
         wait with when claims already free will do, or None."""
         plans: list[tuple[Plan, tuple[AllocationResult, ...], set[str]]] = []
-        for node in list(nodes)[: self.max_nodes]:
+        deadline = time.monotonic() + CHOICE_SECONDS
+        for looked, node in enumerate(list(nodes)[: self.max_nodes]):
+            if plans and time.monotonic() > deadline:
+                log.info("preemption.choice_cut", looked=looked, nodes=len(nodes))
+                break  # the best plan so far: the event loop has waited long enough
+            if not view.by_node.get(node):
+                continue  # nobody there to take devices from
             found = self._plan_on(claims, node, view, excluded)
             if isinstance(found, str):
                 return found
@@ -232,9 +312,9 @@ class DevicePreemption:
     ) -> tuple[Plan, tuple[AllocationResult, ...], set[str]] | str | None:
         """The victims on one node, with the allocation and the freed claims; a text when the
         claims of pods already gone will do; None when no set of victims helps."""
-        if self._fits(claims, node, self._state(claims, node, view.gone_claims)):
-            return f"waiting for devices of deleted pods on node {node} to be deallocated"
         candidates = [v for v in view.victims_on(node, claims.priority, self.store) if v.uid not in excluded]
+        if view.gone_claims and self._fits(claims, node, self._state(claims, node, view.gone_claims)):
+            return f"waiting for devices of deleted pods on node {node} to be deallocated"
         if not candidates:
             return None
         searched = _Search(self, claims, node, candidates, view)
@@ -282,20 +362,25 @@ class DevicePreemption:
             return None  # a search cut short counts as "does not fit"
         return answer if isinstance(answer, Allocation) else None
 
-    async def _evict(self, pod: Mapping[str, Any], claims: PodClaims, plan: Plan) -> str | None:
-        """Evict the plan's victims; the UID of one a PodDisruptionBudget protects, or None."""
-        namespace, name, uid = pod_identity(pod)
+    async def _evict(self, pod: Mapping[str, Any], claims: PodClaims, plan: Plan) -> tuple[list[Victim], str | None]:
+        """Evict the plan's victims, the ones a PodDisruptionBudget is likeliest to protect
+        first (those with a budget-matching label are unknown here: the most important first, as
+        the reprieve kept them longest); the victims evicted, and the UID of one refused."""
+        namespace, name, _ = pod_identity(pod)
+        done: list[Victim] = []
         for victim in plan.victims:
             try:
                 await self.backend.evict_pod(victim.namespace, victim.name, victim.uid)
             except EvictionRefused as exc:
                 log.info("preemption.refused", pod=f"{namespace}/{name}", victim=victim.key, reason=exc.reason)
-                return victim.uid
+                return done, victim.uid
             except ObjectNotFound:
-                continue  # gone already: its devices are on their way
+                done.append(victim)  # gone already: its devices are on their way
+                continue
             except ExtenderError as exc:
                 log.warning("preemption.eviction_failed", victim=victim.key, reason=exc.reason)
-                continue  # the nomination waits for it; the TTL ends the wait if it never goes
+                continue
+            done.append(victim)
             self.stats.victims += 1
             self.backend.record_event(
                 victim.namespace,
@@ -306,15 +391,7 @@ class DevicePreemption:
                 message=f"Preempted by pod {namespace}/{name} (priority {claims.priority}) for its devices "
                 f"on node {plan.node}",
             )
-        self.backend.record_event(
-            namespace,
-            name,
-            uid,
-            kind="Normal",
-            reason="Preempting",
-            message=f"Evicting {', '.join(v.key for v in plan.victims)} on node {plan.node} to free devices",
-        )
-        return None
+        return done, None
 
     async def _nominate(self, pod: Mapping[str, Any], node: str) -> None:
         namespace, name, uid = pod_identity(pod)
@@ -348,11 +425,20 @@ class _ClusterIndex:
     """One pass over pods and claims for a choice: running pods by node, claims by consumer,
     owners of unreserved claims, and claims whose consumers are all gone."""
 
-    def __init__(self, pods: Iterable[Mapping[str, Any]], store: Any) -> None:
+    def __init__(self, pods: Iterable[Mapping[str, Any]], store: Any, *, removed: Collection[str] = ()) -> None:
+        """``removed``: UIDs of pods evicted already (the store may show them a moment longer);
+        they, the terminating pods and the done ones count as gone: their claims are on their
+        way to being freed (spec §2.6's T(N))."""
         self.by_node: dict[str, list[Mapping[str, Any]]] = {}
         present: set[str] = set()
         for pod in pods:
-            present.add(pod_identity(pod)[2])
+            uid = pod_identity(pod)[2]
+            going = (pod.get("metadata") or {}).get("deletionTimestamp") or (pod.get("status") or {}).get(
+                "phase"
+            ) in _DONE
+            if uid in removed or going:
+                continue
+            present.add(uid)
             node = (pod.get("spec") or {}).get("nodeName")
             if node and (pod.get("status") or {}).get("phase") not in _DONE:
                 self.by_node.setdefault(node, []).append(pod)
@@ -379,9 +465,8 @@ class _ClusterIndex:
         for pod in self.by_node.get(node, ()):
             namespace, name, uid = pod_identity(pod)
             spec = pod.get("spec") or {}
-            own = spec.get("priority")
-            own_priority = own if isinstance(own, int) and not isinstance(own, bool) else 0
-            if own_priority >= priority or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            own_priority = _priority(spec)
+            if own_priority >= priority:
                 continue
             keys = tuple(
                 k
@@ -390,5 +475,16 @@ class _ClusterIndex:
             )
             if keys:
                 start = str((pod.get("status") or {}).get("startTime") or "")
-                victims.append(Victim(namespace, name, uid, own_priority, start, keys))
+                grace = spec.get("terminationGracePeriodSeconds")
+                grace_seconds = float(grace) if isinstance(grace, int) and not isinstance(grace, bool) else 30.0
+                victims.append(Victim(namespace, name, uid, own_priority, start, keys, grace_seconds))
         return by_importance(victims)
+
+
+def _priority(spec: Mapping[str, Any]) -> int:
+    value = spec.get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _keys(victims: Iterable[Victim]) -> set[str]:
+    return {key for victim in victims for key in victim.claims}

@@ -181,7 +181,7 @@ class SchedulingService:
             return outcome
         stuck = stuck_claim(self.cluster, pod, node_names)
         if stuck is None:
-            return await self._preempt(pod, outcome)
+            return await self._preempt(pod, outcome, node_names)
         try:
             # The deallocation is a write: a standby must not make it (nor decide it from its cache).
             await self.backend.ensure_leader()
@@ -193,7 +193,9 @@ class SchedulingService:
             return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck.key} requested")
         return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck.key} completed")
 
-    async def _preempt(self, pod: Mapping[str, Any], outcome: FilterOutcome) -> FilterOutcome:
+    async def _preempt(
+        self, pod: Mapping[str, Any], outcome: FilterOutcome, node_names: Sequence[str]
+    ) -> FilterOutcome:
         """No node fits: device-aware preemption may free some (``preemption.py``)."""
         if not self.preemption.enabled:
             return outcome
@@ -202,7 +204,17 @@ class SchedulingService:
             claims = self.cluster.claims(pod)
         except ExtenderError:
             return outcome
-        return await self.preemption.consider(pod, claims, outcome)
+
+        def fits_elsewhere() -> bool:
+            """Whether a node the request did not name fits the pod now (nominations respected)."""
+            others = [name for name in self.store.nodes if name not in node_names]
+            if not others:
+                return False
+            candidates = self.verdicts.candidates(others)
+            there = self.verdicts.filter_outcome(self.verdicts.verdicts(claims, candidates), candidates)
+            return bool(self.preemption.respect_nominations(claims, there).node_names)
+
+        return await self.preemption.consider(pod, claims, outcome, node_names, fits_elsewhere=fits_elsewhere)
 
     def observe_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         """Node objects of a request (nodeCacheCapable: false), so that node selectors see their

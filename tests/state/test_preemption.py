@@ -85,16 +85,30 @@ async def test_a_high_priority_pod_evicts_exactly_one_holder_and_gets_its_device
 
 
 async def test_no_second_preemption_while_the_first_is_under_way() -> None:
-    """The eviction does not go through (the API server is down, say): the victim stays, and the
-    preemptor waits for it on its node instead of preempting again."""
+    """While the victim is still there (terminating, say: here it is put back), the preemptor waits
+    for it on its node instead of preempting again."""
     c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"))
-    c.backend.faults.fail("evict_pod", ApiUnavailable("injected"))
+    before = {p["metadata"]["name"]: p for p in c.backend.list_objects("Pod")}
+    claims = {cl["metadata"]["name"]: cl for cl in c.backend.list_objects("ResourceClaim")}
     await c.filter("high")
-    assert len(c.pods()) == 5 and c.backend.faults.calls["evict_pod"] == 1
+    [victim] = set(before) - c.pods()
+    for obj in (before[victim], claims[f"lc{victim.split('-')[1]}"]):
+        obj["metadata"].pop("resourceVersion", None)
+        c.add(obj)
     second = await c.filter("high")
     [reason] = [r for r in second.failed.values() if r.startswith(WAITING_FOR_VICTIMS)]
     assert reason == f"{WAITING_FOR_VICTIMS} (1 of them still there)"
     assert c.backend.faults.calls["evict_pod"] == 1 and c.service.preemption.stats.preemptions == {"started": 1}
+
+
+async def test_an_eviction_that_fails_holds_nothing_and_is_tried_again() -> None:
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"))
+    c.backend.faults.fail("evict_pod", ApiUnavailable("injected"))
+    first = await c.filter("high")
+    assert first.error.endswith("no victim could be evicted") and not c.service.cluster.nominations
+    assert len(c.pods()) == 5
+    second = await c.filter("high")
+    assert any(r.startswith(WAITING_FOR_VICTIMS) for r in second.failed.values()) and len(c.pods()) == 4
 
 
 async def test_equal_priority_pods_never_preempt_each_other() -> None:
@@ -308,3 +322,69 @@ async def test_a_partition_holder_of_higher_priority_makes_the_whole_device_unre
     assert not outcome.failed["node-1"].startswith(WAITING_FOR_VICTIMS)
     assert len(backend.list_objects("Pod")) == 3  # evicting half-a alone would not help: nobody goes
     assert service.preemption.stats.preemptions == {"none": 1}
+
+
+async def test_a_request_for_one_node_does_not_preempt_when_another_node_fits() -> None:
+    """kube-scheduler tries a nominated or hint node alone first, then every node: a pod that fits
+    elsewhere evicts nobody for a one-node request."""
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"))
+    c.backend.delete_pod("default", "low-4")  # node-2 has a free GPU now
+    outcome = await c.filter("high", ["node-1"])
+    assert outcome.node_names == [] and len(c.pods()) == 4 and not c.service.cluster.nominations
+
+
+async def test_a_standing_nomination_survives_a_request_without_its_node() -> None:
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"))
+    first = await c.filter("high")
+    [node] = [n for n, r in first.failed.items() if r.startswith(WAITING_FOR_VICTIMS)]
+    other = next(n for n in NODES if n != node)
+    await c.filter("high", [other])
+    assert "uid-high" in c.service.cluster.nominations.by_uid
+    c.add(m.claim("tc"))
+    c.add(prio_pod("third", 100, "tc"))
+    assert (await c.filter("third", [node])).node_names == []
+
+
+async def test_a_deleted_preemptor_releases_its_nomination() -> None:
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"))
+    first = await c.filter("high")
+    [node] = [n for n, r in first.failed.items() if r.startswith(WAITING_FOR_VICTIMS)]
+    c.backend.delete_pod("default", "high")
+    c.add(m.claim("tc"))
+    c.add(prio_pod("third", 100, "tc"))
+    assert (await c.filter("third", [node])).node_names == [node]
+    assert not c.service.cluster.nominations
+
+
+def test_a_nomination_outlives_its_lifetime_while_a_victim_is_still_there() -> None:
+    from extender.state.nominations import Nomination, Nominations
+
+    now = [0.0]
+    nominations = Nominations(clock=lambda: now[0])
+    victim = Victim("default", "slow", "uid-slow", 100, grace_seconds=600)
+    nominations.add(Nomination("default/high", "uid-high", 1000, "node-1", (), (victim,), frozenset(), expires=120.0))
+    pods = {
+        "default/high": m.pod("high"),
+        "default/slow": {"metadata": {"name": "slow", "namespace": "default", "uid": "uid-slow"}},
+    }
+    now[0] = 500.0
+    nominations.expire(pods)
+    assert nominations  # the victim checkpoints for 10 minutes: still held
+    del pods["default/slow"]
+    nominations.expire(pods)
+    assert not nominations
+
+
+async def test_budgets_that_stop_a_plan_halfway_leave_a_nomination_for_what_went() -> None:
+    """A pod needs two GPUs; low-2 and low-4 are protected. Each node's plan gets one eviction in
+    before its refusal; what went stays nominated (waiting only for those), nothing more goes."""
+    budgets = [budget("pdb-2", "low-2", 0), budget("pdb-4", "low-4", 0)]
+    c = await started(m.claim("hc", count=2), prio_pod("high", 1000, "hc"), *budgets)
+    outcome = await c.filter("high")
+    assert {f"low-{i}" for i in range(1, 5)} - c.pods() == {"low-1", "low-3"}
+    nomination = c.service.cluster.nominations.by_uid["uid-high"]
+    assert {v.name for v in nomination.victims} <= {"low-1", "low-3"}
+    assert any(r.startswith(WAITING_FOR_VICTIMS) for r in outcome.failed.values())
+    again = await c.filter("high")
+    assert {f"low-{i}" for i in range(1, 5)} - c.pods() == {"low-1", "low-3"}  # no further eviction
+    assert not again.node_names

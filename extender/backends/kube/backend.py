@@ -87,6 +87,19 @@ class KubeSettings:
     component: str = "dra-extender"
 
 
+def _disruption_budget_refusal(exc: ApiUnavailable) -> bool:
+    """Whether an eviction's 429 is a PodDisruptionBudget's refusal (a ``DisruptionBudget``
+    cause, as the API server's eviction handler writes it) rather than throttling."""
+    cause = exc.__cause__
+    if not isinstance(cause, ApiStatusError) or cause.status != 429:
+        return False
+    details = (cause.body or {}).get("details") or {}
+    causes = details.get("causes") or [] if isinstance(details, dict) else []
+    return any(isinstance(c, dict) and c.get("reason") == "DisruptionBudget" for c in causes) or (
+        "disruption budget" in cause.message and not (cause.body or {}).get("details", {}).get("retryAfterSeconds")
+    )
+
+
 class KubeBackend:
     """The Kubernetes backend; see the module docstring."""
 
@@ -519,10 +532,9 @@ class KubeBackend:
                 resource="pods/eviction",
             )
         except ApiUnavailable as exc:
-            status = exc.__cause__.status if isinstance(exc.__cause__, ApiStatusError) else None
-            if status == 429:  # a PodDisruptionBudget forbids it now
+            if _disruption_budget_refusal(exc):
                 raise EvictionRefused(exc.reason) from exc
-            raise
+            raise  # throttled, the budget still being processed, ...: not this victim's budget
 
     async def set_nominated_node(self, namespace: str, name: str, uid: str, node: str) -> None:
         namespace = namespace or "default"
