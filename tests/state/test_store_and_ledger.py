@@ -176,3 +176,38 @@ def test_ledger_drops_entries_the_store_caught_up_with() -> None:
     ledger.add(claim=claim, pod_key="default/p", pod_uid="u", node="node-1", result=_result("d1"))
     recreated = dataclasses.replace(claim, uid="other")
     assert len(ledger.reconcile({claim.key: recreated})) == 1
+
+
+def test_the_in_use_state_without_some_claims_is_recounted_from_the_other_holders() -> None:
+    """Preemption's what-if (``AllocationIndex.without``): exclusive devices, shares and consumed
+    capacity come back exactly as if the removed claims held nothing; admin access never counted;
+    the index itself is untouched."""
+    from extender.core.model import AllocationResult, DeviceID, DeviceResult, SharedDeviceID
+    from extender.core.quantity import Quantity
+    from extender.state.store import AllocationIndex
+
+    def share(device: str, share_id: str, memory: str) -> DeviceResult:
+        return DeviceResult(
+            request="r",
+            driver="d",
+            pool="p",
+            device=device,
+            share_id=share_id,
+            consumed_capacity={"memory": Quantity.parse(memory)},
+        )
+
+    whole = DeviceResult(request="r", driver="d", pool="p", device="gpu-0")
+    admin = DeviceResult(request="r", driver="d", pool="p", device="gpu-1", admin_access=True)
+    index = AllocationIndex()
+    index.set("a", AllocationResult(devices=(whole, share("gpu-2", "s1", "10Gi"))))
+    index.set("b", AllocationResult(devices=(share("gpu-2", "s2", "20Gi"), admin)))
+    index.set("c", AllocationResult(devices=(whole,)))  # a second holder of gpu-0 (an in-flight copy)
+    gpu0, gpu2 = DeviceID("d", "p", "gpu-0"), DeviceID("d", "p", "gpu-2")
+    without_a = index.without({"a"})
+    assert gpu0 in without_a.devices  # c still holds it
+    assert without_a.shared_ids == {SharedDeviceID(gpu2, "s2")}
+    assert without_a.consumed_capacity == {gpu2: {"memory": Quantity.parse("20Gi")}}
+    without_all = index.without({"a", "b", "c"})
+    assert not without_all.devices and not without_all.shared_ids and not without_all.consumed_capacity
+    assert index.state.consumed_capacity[gpu2] == {"memory": Quantity.parse("30Gi")}  # untouched
+    assert DeviceID("d", "p", "gpu-1") not in index.state.devices

@@ -1,0 +1,64 @@
+"""The release model of device-aware preemption (spec/preemption.md §2.4), one row of its table per
+case: which allocated claims a set of removed pods frees."""
+
+from __future__ import annotations
+
+import pytest
+
+from extender.core.model import AllocationResult, ConsumerRef, DeviceResult, ResourceClaim
+from extender.core.preemption import Plan, Victim, better_plan, released
+
+
+def claim(key: str, *consumers: ConsumerRef, admin: bool = False) -> ResourceClaim:
+    namespace, name = key.split("/")
+    result = DeviceResult(request="r", driver="d", pool="p", device=name, admin_access=admin)
+    return ResourceClaim(
+        namespace=namespace, name=name, allocation=AllocationResult(devices=(result,)), reserved_for=consumers
+    )
+
+
+def pod(uid: str) -> ConsumerRef:
+    return ConsumerRef("pods", uid, uid)
+
+
+CLAIMS = {
+    "ns/own": claim("ns/own", pod("a")),
+    "ns/shared-in": claim("ns/shared-in", pod("a"), pod("b")),
+    "ns/shared-out": claim("ns/shared-out", pod("a"), pod("vip")),
+    "ns/group": claim("ns/group", ConsumerRef("podgroups", "g", "g", api_group="scheduling.x-k8s.io")),
+    "ns/nobody-owned": claim("ns/nobody-owned"),
+    "ns/nobody": claim("ns/nobody"),
+    "ns/unallocated": ResourceClaim(namespace="ns", name="unallocated", reserved_for=(pod("a"),)),
+}
+OWNERS = {"ns/nobody-owned": "a"}
+
+
+@pytest.mark.parametrize(
+    ("key", "freed"),
+    [
+        ("ns/own", True),  # standalone, every consumer removed
+        ("ns/shared-in", True),  # shared, every consumer removed
+        ("ns/shared-out", False),  # shared with a pod that stays: its devices stay
+        ("ns/group", False),  # a consumer that is not a pod (a PodGroup)
+        ("ns/nobody-owned", True),  # reserved for nobody, owned by a removed pod (its template claim)
+        ("ns/nobody", False),  # reserved for nobody, owned by nobody removed: no transition frees it
+        ("ns/unallocated", False),  # holds nothing
+    ],
+)
+def test_which_claims_removing_pods_frees(key: str, freed: bool) -> None:
+    assert (key in released({"a", "b"}, CLAIMS, OWNERS, CLAIMS)) is freed
+
+
+def test_a_victim_must_be_removed_for_its_claims_to_be_freed() -> None:
+    assert released({"b"}, CLAIMS, OWNERS, CLAIMS) == set()
+
+
+def test_plans_are_ranked_as_kube_scheduler_ranks_nodes() -> None:
+    low = Victim("ns", "low", "u1", 10, "2026-01-01T00:00:00Z")
+    mid = Victim("ns", "mid", "u2", 50, "2026-01-01T00:00:00Z")
+    older = Victim("ns", "older", "u3", 10, "2025-01-01T00:00:00Z")
+    assert better_plan([Plan("n1", (mid,)), Plan("n2", (low,))]).node == "n2"  # type: ignore[union-attr]
+    assert better_plan([Plan("n1", (low, older)), Plan("n2", (low,))]).node == "n2"  # type: ignore[union-attr]
+    # equal otherwise: the latest start of the most important victim wins
+    assert better_plan([Plan("n1", (older,)), Plan("n2", (low,))]).node == "n2"  # type: ignore[union-attr]
+    assert better_plan([Plan("n1", (low,), pdb_violations=1), Plan("n2", (mid,))]).node == "n2"  # type: ignore[union-attr]
