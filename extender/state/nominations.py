@@ -41,6 +41,8 @@ class Nomination:
     #: whether the store showed the preemptor when the nomination was made (then its absence
     #: later means it was deleted; otherwise the pod watch has not shown it yet)
     seen: bool = True
+    #: when it ends even while a victim is still there (monotonic seconds; 0: never)
+    hard_expires: float = 0.0
 
 
 class Nominations:
@@ -69,6 +71,9 @@ class Nominations:
             gone = (pod is None and nomination.seen) or (pod is not None and pod_identity(pod)[2] != uid)
             bound = pod is not None and bool((pod.get("spec") or {}).get("nodeName"))
             if gone or bound:
+                del self.by_uid[uid]
+                continue
+            if nomination.hard_expires and now >= nomination.hard_expires:
                 del self.by_uid[uid]
                 continue
             if now >= nomination.expires:

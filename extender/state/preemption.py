@@ -69,6 +69,9 @@ MAX_REFUSALS = 3
 #: Most nodes a choice looks at (kube-scheduler's dry run stops at 100 candidates too).
 MAX_NODES = 100
 WAITING_FOR_VICTIMS = "waiting for preempted pods to release devices"
+#: A nomination ends at this many times its lifetime even while a victim is still there (one
+#: stuck terminating must not hold devices for ever).
+HARD_LIFETIME_FACTOR = 5.0
 #: How long one choice may look at more nodes once it has a plan (it runs on the event loop).
 CHOICE_SECONDS = 0.25
 _DONE = ("Succeeded", "Failed")
@@ -224,38 +227,47 @@ class DevicePreemption:
                 await self.backend.ensure_leader()
             except ExtenderError as exc:
                 return FilterOutcome([], error=f"preemption on node {plan.node} needed, but {exc.reason}")
-            victims = tuple(by_importance({v.uid: v for v in (*evicted, *plan.victims)}.values()))
-            released_by_victims = released({v.uid for v in victims}, self.store.claims, view.owners, _keys(victims))
-            self.nominations.add(  # before the evictions: freed devices are held at once
-                Nomination(
-                    pod_key=f"{namespace}/{name}",
-                    pod_uid=uid,
-                    priority=claims.priority,
-                    node=plan.node,
-                    results=results,
-                    victims=victims,
-                    freed=frozenset(released_by_victims),
-                    expires=self.nominations.clock() + self._lifetime(plan.victims),
-                    seen=f"{namespace}/{name}" in self.store.pods,
-                )
+            lifetime = self._lifetime((*evicted, *plan.victims))
+            nomination = Nomination(
+                pod_key=f"{namespace}/{name}",
+                pod_uid=uid,
+                priority=claims.priority,
+                node=plan.node,
+                results=results,
+                victims=tuple(by_importance({v.uid: v for v in (*evicted, *plan.victims)}.values())),
+                freed=frozenset(),
+                expires=self.nominations.clock() + lifetime,
+                seen=f"{namespace}/{name}" in self.store.pods,
+                hard_expires=self.nominations.clock() + HARD_LIFETIME_FACTOR * lifetime,
             )
-            done, refused = await self._evict(pod, claims, plan)
-            evicted += done
+            self.nominations.add(nomination)  # before the evictions: freed devices are held at once
+            done: list[Victim] = []
+            refused: str | None = None
+            try:
+                done, refused = await self._evict(pod, claims, plan)
+            finally:
+                # The nomination waits only for pods that were evicted (or were gone already): one
+                # whose eviction failed is not coming out, and waiting for it would never end.
+                evicted += done
+                went = tuple(by_importance({v.uid: v for v in evicted}.values()))
+                nomination.victims = went
+                nomination.freed = frozenset(
+                    released({v.uid for v in went}, self.store.claims, view.owners, _keys(went))
+                )
             if refused is None:
-                if not done and not evicted:
+                if not evicted:
                     self.nominations.drop(uid)  # nothing went: hold nothing for nobody
                     return FilterOutcome([], error=f"preemption on node {plan.node}: no victim could be evicted")
-                return await self._started(pod, claims, plan.node, victims, outcome)
+                return await self._started(pod, claims, plan.node, nomination.victims, outcome)
             self.stats.count("refused")
             excluded.add(refused)
         if evicted:
             # A refusal after some evictions, and no complete plan since (budgets are not watched:
             # an eviction cannot be taken back). The nomination keeps what the evicted pods free
             # and waits only for them; it ends with its lifetime, and the next choice counts them.
-            nomination = self.nominations.by_uid.get(uid)
-            if nomination is not None:
-                nomination.victims = tuple(evicted)
-                return await self._started(pod, claims, nomination.node, tuple(evicted), outcome)
+            standing = self.nominations.by_uid.get(uid)
+            if standing is not None:
+                return await self._started(pod, claims, standing.node, standing.victims, outcome)
         self.nominations.drop(uid)
         self.stats.count("none")
         return outcome
@@ -295,8 +307,8 @@ class DevicePreemption:
             if plans and time.monotonic() > deadline:
                 log.info("preemption.choice_cut", looked=looked, nodes=len(nodes))
                 break  # the best plan so far: the event loop has waited long enough
-            if not view.by_node.get(node):
-                continue  # nobody there to take devices from
+            if not view.by_node.get(node) and not view.gone_claims:
+                continue  # nobody there to take devices from, nothing on its way to being freed
             found = self._plan_on(claims, node, view, excluded)
             if isinstance(found, str):
                 return found

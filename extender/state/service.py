@@ -60,6 +60,9 @@ __all__ = [
 
 log = structlog.get_logger()
 
+#: Pods whose last full request ``_preempt`` remembers (the oldest forgotten first).
+OFFERED_PODS = 4096
+
 
 class SchedulingService:
     """filter / prioritize / preempt / bind / explain over one backend; see the module docstring."""
@@ -103,6 +106,8 @@ class SchedulingService:
         self.verdicts = VerdictCache(self.cluster, features)
         self.classic = ClassicNegotiator(self.cluster)
         self.preemption = DevicePreemption(self.cluster, enabled=preemption)
+        # per pod UID, the nodes of its last filter request of several nodes (``_remember_offered``)
+        self._offered: dict[str, Sequence[str]] = {}
         self.preempt_verb = PreemptVerb(self.cluster, self.preemption, timeout_seconds=preempt_timeout_seconds)
         self.holds = Holds(self.cluster, self.stats, seconds=hold_seconds, binding=binding)
         self.binder = Binder(
@@ -123,7 +128,19 @@ class SchedulingService:
         """The filter verb. A new attempt of a pod first gives back what its previous attempt held
         (its own holds would hide devices from it); when exactly one node passes, kube-scheduler
         picks it without asking prioritize, so the pod's devices there are held at once."""
+        if self.preemption.enabled and len(node_names) > 1:
+            self._remember_offered(pod, node_names)
         return self._filter(pod, node_names, hold=True)
+
+    def _remember_offered(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> None:
+        """The nodes of the pod's last request of several (its in-tree filters passed them): a
+        one-node request (a nominated or hint node) preempts only if none of those fits."""
+        uid = pod_identity(pod)[2]
+        offered = self._offered
+        offered.pop(uid, None)
+        offered[uid] = node_names  # the request's own list: filter never changes it
+        if len(offered) > OFFERED_PODS:
+            del offered[next(iter(offered))]
 
     def _filter(self, pod: Mapping[str, Any], node_names: Sequence[str], *, hold: bool) -> FilterOutcome:
         if not self.backend.synced:
@@ -199,6 +216,7 @@ class SchedulingService:
         """No node fits: device-aware preemption may free some (``preemption.py``)."""
         if not self.preemption.enabled:
             return outcome
+
         try:
             pod = self.cluster.pod(pod)
             claims = self.cluster.claims(pod)
@@ -206,15 +224,21 @@ class SchedulingService:
             return outcome
 
         def fits_elsewhere() -> bool:
-            """Whether a node the request did not name fits the pod now (nominations respected)."""
-            others = [name for name in self.store.nodes if name not in node_names]
+            """Whether a node kube-scheduler offered the pod in its last request of several nodes
+            (its in-tree filters passed those: the pod's node selector, affinity, taints, CPU),
+            other than the requested one, fits the pod now (nominations respected)."""
+            offered: Sequence[str] = self._offered.get(claims.pod_uid, ())
+            others = [name for name in offered if name not in node_names]
             if not others:
                 return False
             candidates = self.verdicts.candidates(others)
             there = self.verdicts.filter_outcome(self.verdicts.verdicts(claims, candidates), candidates)
             return bool(self.preemption.respect_nominations(claims, there).node_names)
 
-        return await self.preemption.consider(pod, claims, outcome, node_names, fits_elsewhere=fits_elsewhere)
+        try:
+            return await self.preemption.consider(pod, claims, outcome, node_names, fits_elsewhere=fits_elsewhere)
+        except ExtenderError as exc:
+            return FilterOutcome([], error=exc.reason)
 
     def observe_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         """Node objects of a request (nodeCacheCapable: false), so that node selectors see their

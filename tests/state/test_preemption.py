@@ -329,8 +329,18 @@ async def test_a_request_for_one_node_does_not_preempt_when_another_node_fits() 
     elsewhere evicts nobody for a one-node request."""
     c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"))
     c.backend.delete_pod("default", "low-4")  # node-2 has a free GPU now
-    outcome = await c.filter("high", ["node-1"])
+    assert (await c.filter("high")).node_names == ["node-2"]  # the full pass offered both nodes
+    outcome = await c.filter("high", ["node-1"])  # then a hint or nominated node alone
     assert outcome.node_names == [] and len(c.pods()) == 4 and not c.service.cluster.nominations
+
+
+async def test_a_request_for_one_node_preempts_when_it_is_all_the_pod_was_offered() -> None:
+    """A pod pinned to node-1 (kube-scheduler's own filters leave only that node): node-2's free
+    GPU is no reason to wait."""
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"))
+    c.backend.delete_pod("default", "low-4")
+    outcome = await c.filter("high", ["node-1"])
+    assert outcome.failed["node-1"].startswith(WAITING_FOR_VICTIMS)
 
 
 async def test_a_standing_nomination_survives_a_request_without_its_node() -> None:
@@ -388,3 +398,16 @@ async def test_budgets_that_stop_a_plan_halfway_leave_a_nomination_for_what_went
     again = await c.filter("high")
     assert {f"low-{i}" for i in range(1, 5)} - c.pods() == {"low-1", "low-3"}  # no further eviction
     assert not again.node_names
+
+
+async def test_a_victim_whose_eviction_failed_is_not_waited_for() -> None:
+    """A plan of two victims; the second eviction fails outright (not a budget): the nomination
+    waits only for the one that went, so it ends (the plan cannot complete) instead of holding the
+    freed device for ever."""
+    c = await started(m.claim("hc", count=2), prio_pod("high", 1000, "hc"))
+    c.backend.faults.fail("evict_pod", ApiUnavailable("injected"), after=1)
+    await c.filter("high")
+    nomination = c.service.cluster.nominations.by_uid["uid-high"]
+    assert len(nomination.victims) == 1 and len(c.pods()) == 4
+    await c.filter("high")  # the one victim is gone, the pod does not fit: the plan is stale
+    assert "uid-high" not in c.service.cluster.nominations.by_uid and len(c.pods()) == 4
