@@ -173,8 +173,14 @@ class DevicePreemption:
             self._running.discard(uid)
 
     def _nothing_to_take(self, claims: PodClaims, failed: Collection[str]) -> bool:
-        """Whether no running pod below this one's priority is bound to a failed node: then no
-        choice needs to be made (one pass over the pods, no allocator run)."""
+        """Whether no running pod below this one's priority is bound to a failed node and no claim
+        waits to be freed for pods already gone: then no choice needs to be made (one pass over
+        the pods and the claims, no allocator run)."""
+        present = {pod_identity(p)[2] for p in self.store.pods.values()}
+        for claim in self.store.claims.values():
+            consumers = claim.reserved_for
+            if claim.allocation is not None and consumers and all(r.uid not in present for r in consumers):
+                return False  # devices on their way back: the choice says whether to wait for them
         for other in self.store.pods.values():
             spec = other.get("spec") or {}
             if (
