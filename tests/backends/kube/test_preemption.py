@@ -112,3 +112,15 @@ async def test_equal_priority_sends_no_eviction(fake: FakeApiServer) -> None:
     assert outcome.node_names == []
     assert not [r for r in fake.requests if r.path.endswith("/eviction")]
     await service.backend.stop()
+
+
+async def test_a_claim_whose_pod_is_gone_is_waited_for_not_preempted_around(fake: FakeApiServer) -> None:
+    """low-4 was deleted; the controller-manager has not deallocated its claim yet. The pod of
+    higher priority waits (Error) for that device instead of evicting anyone."""
+    service = await low_cluster(fake, m.claim("hc"), running("high", 1000, "hc"))
+    fake.delete_object("Pod", "default", "low-4")
+    await eventually(lambda: "default/low-4" not in service.store.pods)
+    outcome = await filter_pod(fake, service, "high")
+    assert outcome.error == "waiting for devices of deleted pods on node node-2 to be deallocated"
+    assert not [r for r in fake.requests if r.path.endswith("/eviction")]
+    await service.backend.stop()
