@@ -19,7 +19,12 @@ from extender.core.model import AllocationResult
 from extender.core.preemption import Victim
 from extender.state.claims import pod_identity
 
-__all__ = ["Nomination", "Nominations"]
+__all__ = ["PLAN_SECONDS", "Nomination", "Nominations", "PendingPlan"]
+
+#: How long a plan of the preempt verb waits for kube-scheduler to nominate its pod.
+PLAN_SECONDS = 60.0
+#: The shortest lifetime of a nomination made from such a plan.
+PLAN_NOMINATION_SECONDS = 120.0
 
 log = structlog.get_logger()
 
@@ -45,15 +50,63 @@ class Nomination:
     hard_expires: float = 0.0
 
 
+@dataclass(slots=True)
+class PendingPlan:
+    """What the ``preempt`` verb answered for a pod on one node: its allocation there once the
+    victims are gone. kube-scheduler picks one node, deletes the victims itself and sets the pod's
+    ``status.nominatedNodeName``; when the store shows that, the plan for that node becomes a
+    nomination (spec §2.7.2), and the plans for the other nodes go."""
+
+    pod_key: str
+    pod_uid: str
+    priority: int
+    node: str
+    results: tuple[AllocationResult, ...]
+    victims: tuple[Victim, ...]
+    expires: float
+
+
 class Nominations:
     """The standing nominations, by preemptor UID; ``clock`` is monotonic seconds."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.by_uid: dict[str, Nomination] = {}
+        #: plans of the preempt verb, by (pod UID, node), until one is nominated or they expire
+        self.pending: dict[tuple[str, str], PendingPlan] = {}
 
     def __bool__(self) -> bool:
-        return bool(self.by_uid)
+        return bool(self.by_uid) or bool(self.pending)
+
+    def plan(self, plan: PendingPlan) -> None:
+        self.pending[(plan.pod_uid, plan.node)] = plan
+
+    def _activate(self, pods: Mapping[str, Mapping[str, Any]], now: float) -> None:
+        """Plans whose pod the store shows nominated to their node become nominations."""
+        for key, plan in list(self.pending.items()):
+            pod = pods.get(plan.pod_key)
+            if now >= plan.expires or (pod is not None and pod_identity(pod)[2] != plan.pod_uid):
+                del self.pending[key]
+                continue
+            if pod is None or (pod.get("status") or {}).get("nominatedNodeName") != plan.node:
+                continue
+            for other in [k for k in self.pending if k[0] == plan.pod_uid]:
+                del self.pending[other]
+            if plan.pod_uid not in self.by_uid:
+                longest = max((v.grace_seconds for v in plan.victims), default=0.0)
+                lifetime = max(PLAN_NOMINATION_SECONDS, longest + 60.0)
+                self.by_uid[plan.pod_uid] = Nomination(
+                    pod_key=plan.pod_key,
+                    pod_uid=plan.pod_uid,
+                    priority=plan.priority,
+                    node=plan.node,
+                    results=plan.results,
+                    victims=plan.victims,
+                    freed=frozenset(k for v in plan.victims for k in v.claims),
+                    expires=now + lifetime,
+                    hard_expires=now + 5 * lifetime,
+                )
+                log.info("preemption.plan_nominated", pod=plan.pod_key, node=plan.node)
 
     def add(self, nomination: Nomination) -> None:
         self.by_uid[nomination.pod_uid] = nomination
@@ -65,6 +118,8 @@ class Nominations:
     def expire(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
         """Drop the nominations of preemptors bound, gone or re-created, and the expired ones."""
         now = self.clock()
+        if self.pending:
+            self._activate(pods, now)
         victims_left: set[str] | None = None
         for uid, nomination in list(self.by_uid.items()):
             pod = pods.get(nomination.pod_key)

@@ -39,6 +39,7 @@ victims do not free the devices are left out, the others passed through.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -54,6 +55,7 @@ from extender.core.model import AllocatedState
 from extender.core.preemption import Victim, by_importance, choose_victims, released
 from extender.state.claims import PodClaims, pod_identity
 from extender.state.cluster import ClusterView
+from extender.state.nominations import PLAN_SECONDS, PendingPlan
 from extender.state.preemption import DevicePreemption, _ClusterIndex
 
 __all__ = [
@@ -187,9 +189,10 @@ class PreemptVerb:
             )
         return answer
 
-    def fits(self, claims: PodClaims, node: str, state: AllocatedState, deadline: float) -> bool | None:
-        """One what-if allocator run: True if the claims fit on ``node`` over ``state``, False if
-        not, None if they never can there (``Unresolvable``). ``_OutOfTime`` past ``deadline``."""
+    def fits(self, claims: PodClaims, node: str, state: AllocatedState, deadline: float) -> Allocation | bool | None:
+        """One what-if allocator run: the ``Allocation`` if the claims fit on ``node`` over
+        ``state``, False if not, None if they never can there (``Unresolvable``). ``_OutOfTime``
+        past ``deadline``."""
         remaining = deadline - self.clock()
         if remaining <= 0:
             raise _OutOfTime
@@ -206,7 +209,7 @@ class PreemptVerb:
             return False
         if isinstance(answer, Unresolvable):
             return None
-        return isinstance(answer, Allocation)
+        return answer if isinstance(answer, Allocation) else False
 
 
 class _NodeSearch:
@@ -230,7 +233,7 @@ class _NodeSearch:
         self.deadline = deadline
         self.located = located
         self.added: list[Victim] = []
-        self._fits: dict[frozenset[str], bool | None] = {}
+        self._fits: dict[frozenset[str], Allocation | bool | None] = {}
 
     def decide(self) -> tuple[str, NodeVictims | None]:
         """(outcome, victims to answer or None to omit the node)."""
@@ -244,6 +247,7 @@ class _NodeSearch:
             return "unresolvable", None
         if first:
             if self.given.uids:
+                self._plan(base, in_tree, [])
                 return "passed_through", self.given
             return "fits_already", None  # a placeholder whose devices are free already
         binding = self.verb.cluster.binding
@@ -258,6 +262,7 @@ class _NodeSearch:
         if not extra:
             return "no_victims_help", None
         self.added = extra
+        self._plan(base | frozenset(v.uid for v in extra), in_tree, extra)
         opaque_priority = priority - 1  # the most an unknown in-tree victim can have: ranks the node no better
         ordered = by_importance(
             [
@@ -268,7 +273,7 @@ class _NodeSearch:
         )
         return "added", NodeVictims(tuple(v.uid for v in ordered), self.given.pdb_violations)
 
-    def fits(self, removed: frozenset[str]) -> bool | None:
+    def fits(self, removed: frozenset[str]) -> Allocation | bool | None:
         """Whether the pod fits once the pods ``removed`` (UIDs) are gone, remembered per set."""
         if removed in self._fits:
             return self._fits[removed]
@@ -279,6 +284,29 @@ class _NodeSearch:
         state = self.verb.preemption._state(self.claims, self.node, freed)
         answer = self._fits[removed] = self.verb.fits(self.claims, self.node, state, self.deadline)
         return answer
+
+    def _plan(self, removed: frozenset[str], in_tree: list[Victim | None], extra: list[Victim]) -> None:
+        """Remember the allocation the answer found for this node, to hold once kube-scheduler
+        nominates the pod here (``Nominations.pending``)."""
+        allocation = self._fits.get(removed)
+        if not isinstance(allocation, Allocation):
+            return
+        nominations = self.verb.cluster.nominations
+        nominations.plan(
+            PendingPlan(
+                pod_key=self.claims.pod_key,
+                pod_uid=self.claims.pod_uid,
+                priority=self.claims.priority,
+                node=self.node,
+                results=allocation.results,
+                victims=tuple(
+                    dataclasses.replace(v, claims=v.claims or tuple(self.view.claims_of.get(v.uid, ())))
+                    for v in (*in_tree, *extra)
+                    if v is not None
+                ),
+                expires=nominations.clock() + PLAN_SECONDS,
+            )
+        )
 
     def _in_tree(self, index: int, uid: str) -> Victim | None:
         """The in-tree victim as the store holds it on this node; else, from the full pod of the

@@ -286,3 +286,20 @@ async def test_with_device_preemption_off_no_victim_is_added(make: MakeClient) -
     c = await make(*high(), preemption=False)
     answer = await c.preempt("high", {"node-1": meta("uid-low-1"), "node-2": meta("uid-hog-2"), "node-3": meta()})
     assert answer == {"node-1": meta("uid-low-1")}
+
+
+async def test_the_answered_plan_is_held_once_kube_scheduler_nominates_the_pod(make: MakeClient) -> None:
+    """After the verb, kube-scheduler deletes the victims and sets nominatedNodeName: from then on
+    the freed GPU is held for the preemptor against pods of lower priority (spec §2.7.2)."""
+    c = await make(*high(), m.claim("tc"), prio_pod("third", 100, "tc"))
+    answer = await c.preempt("high", {"node-2": meta("uid-hog-2")})
+    [added, _] = answer["node-2"]["Pods"]
+    assert c.service.cluster.nominations.pending  # a plan, not held yet
+    victim = next(p for p in c.backend.list_objects("Pod") if p["metadata"]["uid"] == added["UID"])
+    c.backend.delete_pod("default", victim["metadata"]["name"])  # kube-scheduler's DELETE
+    c.backend.delete_pod("default", "hog-2")
+    await c.backend.set_nominated_node("default", "high", "uid-high", "node-2")
+    third = await c.service.filter_and_recover(c.pod("third"), ["node-2"])
+    assert third.node_names == [] and "nominated for preemptor default/high" in third.failed["node-2"]
+    assert "uid-high" in c.service.cluster.nominations.by_uid and not c.service.cluster.nominations.pending
+    assert (await c.service.filter_and_recover(c.pod("high"), ["node-2"])).node_names == ["node-2"]
