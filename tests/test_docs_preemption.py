@@ -31,10 +31,10 @@ async def test_the_worked_example(aiohttp_client: Callable[..., Awaitable[TestCl
     pod = backend.get("Pod", "default", "urgent")
     request = {"Pod": pod, "NodeNames": ["node-1"]}
     explained = await post(client, "/debug/explain", request)
-    assert [v["pod"] for v in explained["preemption"]["nodes"]["node-1"]["victims"]] == ["default/batch-2"]
+    assert [v["pod"] for v in explained["preemption"]["nodes"]["node-1"]["victims"]] == ["default/batch-1"]
     first = await post(client, "/filter", request)
     assert first["FailedNodes"] == {"node-1": "waiting for preempted pods to release devices (1 being evicted)"}
-    # batch-2's budget refused the eviction: batch-1 went instead
+    # batch-2's budget made the choice fall on batch-1
     assert backend.get("Pod", "default", "batch-1") is None and backend.get("Pod", "default", "batch-2") is not None
     assert backend.get("Pod", "default", "urgent")["status"]["nominatedNodeName"] == "node-1"  # type: ignore[index]
     second = await post(client, "/filter", request)

@@ -25,7 +25,17 @@ from dataclasses import dataclass
 
 from extender.core.model import ResourceClaim
 
-__all__ = ["Plan", "Victim", "better_plan", "by_importance", "choose_victims", "released"]
+__all__ = [
+    "Budget",
+    "Plan",
+    "Victim",
+    "better_plan",
+    "by_importance",
+    "choose_victims",
+    "label_selector_matches",
+    "protected_victims",
+    "released",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +86,18 @@ def released(
     return freed
 
 
-def choose_victims(fits: Callable[[frozenset[str]], bool], candidates: Sequence[Victim]) -> list[Victim] | None:
+def choose_victims(
+    fits: Callable[[frozenset[str]], bool], candidates: Sequence[Victim], *, protected: Collection[str] = ()
+) -> list[Victim] | None:
     """The victims to remove, most important first, or None if removing all candidates does not
-    make the pod fit. ``fits`` is asked with sets of victim UIDs."""
+    make the pod fit. ``fits`` is asked with sets of victim UIDs. ``protected``: UIDs whose
+    eviction would violate a PodDisruptionBudget; they are reprieved first (kube-scheduler's
+    SelectVictimsOnNode), so that they go only when nothing else will do."""
     chosen = {v.uid: v for v in candidates}
     if not chosen or not fits(frozenset(chosen)):
         return None
-    for victim in by_importance(candidates):
+    ordered = by_importance(candidates)
+    for victim in [v for v in ordered if v.uid in protected] + [v for v in ordered if v.uid not in protected]:
         if fits(frozenset(uid for uid in chosen if uid != victim.uid)):
             del chosen[victim.uid]
     # nobody left: the pod fits without removing anyone (nothing for preemption to do)
@@ -113,3 +128,62 @@ def better_plan(plans: Iterable[Plan]) -> Plan | None:
         if best is None or plan.rank() < best.rank():
             best = plan
     return best
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    """A PodDisruptionBudget as the choice reads it: its namespace, its selector (``matchLabels``
+    and ``matchExpressions``; None selects nothing, as kube-scheduler 1.36 reads it) and the
+    disruptions it still allows (``status.disruptionsAllowed``)."""
+
+    namespace: str
+    name: str
+    selector: Mapping[str, object] | None
+    allowed: int
+
+
+def label_selector_matches(selector: Mapping[str, object] | None, labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector against labels; an empty or missing selector matches nothing here."""
+    if not selector:
+        return False
+    match_labels = selector.get("matchLabels") or {}
+    expressions = selector.get("matchExpressions") or []
+    if not match_labels and not expressions:
+        return False
+    if isinstance(match_labels, Mapping) and any(labels.get(k) != v for k, v in match_labels.items()):
+        return False
+    for expression in expressions if isinstance(expressions, list) else ():
+        if not isinstance(expression, Mapping):
+            return False
+        key, operator = expression.get("key"), expression.get("operator")
+        values = expression.get("values") or []
+        present = key in labels
+        if operator == "In" and not (present and labels[str(key)] in values):
+            return False
+        if operator == "NotIn" and present and labels[str(key)] in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def protected_victims(
+    victims: Sequence[Victim], budgets: Sequence[Budget], labels: Mapping[str, Mapping[str, str]]
+) -> set[str]:
+    """UIDs among ``victims`` whose eviction would violate a budget, the disruptions each budget
+    allows consumed in importance order (kube-scheduler's filterPodsWithPDBViolation).
+    ``labels``: pod UID -> its labels."""
+    left = {(b.namespace, b.name): b.allowed for b in budgets}
+    violating: set[str] = set()
+    for victim in by_importance(victims):
+        pod_labels = labels.get(victim.uid, {})
+        for budget in budgets:
+            if budget.namespace != victim.namespace or not label_selector_matches(budget.selector, pod_labels):
+                continue
+            key = (budget.namespace, budget.name)
+            left[key] -= 1
+            if left[key] < 0:
+                violating.add(victim.uid)
+    return violating

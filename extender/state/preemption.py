@@ -45,7 +45,15 @@ from extender.core.allocator import Allocation, Allocator
 from extender.core.budget import SearchBudget
 from extender.core.errors import EvictionRefused, ExtenderError, ObjectNotFound
 from extender.core.model import AllocatedState, AllocationResult
-from extender.core.preemption import Plan, Victim, better_plan, by_importance, choose_victims, released
+from extender.core.preemption import (
+    Plan,
+    Victim,
+    better_plan,
+    by_importance,
+    choose_victims,
+    protected_victims,
+    released,
+)
 from extender.state.claims import PodClaims, pod_identity
 from extender.state.cluster import ClusterView
 from extender.state.nominations import Nomination
@@ -336,11 +344,14 @@ class DevicePreemption:
         if not candidates:
             return None
         searched = _Search(self, claims, node, candidates, view)
-        victims = choose_victims(searched.fits, candidates)
+        budgets = list(self.store.budgets.values())
+        protected = protected_victims(candidates, budgets, view.labels) if budgets else set()
+        victims = choose_victims(searched.fits, candidates, protected=protected)
         if victims is None:
             return None
         answer, freed = searched.found[frozenset(v.uid for v in victims)]
-        return Plan(node, tuple(victims)), answer.results, freed
+        violations = len(protected_victims(victims, budgets, view.labels)) if budgets else 0
+        return Plan(node, tuple(victims), violations), answer.results, freed
 
     def victims_for(self, claims: PodClaims, nodes: Sequence[str]) -> dict[str, list[Victim] | str | None]:
         """Explain's view, changing nothing: per node, the pods that would have to go for the pod to
@@ -386,7 +397,16 @@ class DevicePreemption:
         the reprieve kept them longest); the victims evicted, and the UID of one refused."""
         namespace, name, _ = pod_identity(pod)
         done: list[Victim] = []
-        for victim in plan.victims:
+        # a budget's refusal, if it comes, comes before anything irreversible
+        budgets = list(self.store.budgets.values())
+        labels = (
+            {pod_identity(p)[2]: (p.get("metadata") or {}).get("labels") or {} for p in self.store.pods.values()}
+            if budgets
+            else {}
+        )
+        risky = protected_victims(plan.victims, budgets, labels) if budgets else set()
+        ordered = [v for v in plan.victims if v.uid in risky] + [v for v in plan.victims if v.uid not in risky]
+        for victim in ordered:
             try:
                 await self.backend.evict_pod(victim.namespace, victim.name, victim.uid)
             except EvictionRefused as exc:
@@ -448,9 +468,12 @@ class _ClusterIndex:
         they, the terminating pods and the done ones count as gone: their claims are on their
         way to being freed (spec §2.6's T(N))."""
         self.by_node: dict[str, list[Mapping[str, Any]]] = {}
+        #: pod UID -> labels (PodDisruptionBudgets select by them)
+        self.labels: dict[str, Mapping[str, str]] = {}
         present: set[str] = set()
         for pod in pods:
             uid = pod_identity(pod)[2]
+            self.labels[uid] = (pod.get("metadata") or {}).get("labels") or {}
             going = (pod.get("metadata") or {}).get("deletionTimestamp") or (pod.get("status") or {}).get(
                 "phase"
             ) in _DONE

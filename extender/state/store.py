@@ -40,6 +40,7 @@ from extender.core.model import (
     SharedDeviceID,
 )
 from extender.core.pools import SliceSnapshot
+from extender.core.preemption import Budget
 from extender.core.quantity import Quantity
 from extender.state.fits import FitCache
 
@@ -54,8 +55,11 @@ KINDS = (
     "Node",
     "Pod",
     "PodSchedulingContext",
+    "PodDisruptionBudget",
 )
-_NAMESPACED = frozenset({"ResourceClaim", "ResourceClaimTemplate", "Pod", "PodSchedulingContext"})
+_NAMESPACED = frozenset(
+    {"ResourceClaim", "ResourceClaimTemplate", "Pod", "PodSchedulingContext", "PodDisruptionBudget"}
+)
 
 
 def object_key(kind: str, raw: Mapping[str, Any]) -> str:
@@ -231,6 +235,8 @@ class ObjectStore:
         self.slices: dict[str, ResourceSlice] = {}
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, dict[str, Any]] = {}
+        #: PodDisruptionBudgets (policy/v1), decoded for device-aware preemption's choice.
+        self.budgets: dict[str, Budget] = {}
         #: Classic DRA (v1alpha3): each pod's PodSchedulingContext, by the pod's key (the context
         #: is named after its pod), decoded and raw.
         self.scheduling_contexts: dict[str, PodSchedulingContext] = {}
@@ -255,6 +261,10 @@ class ObjectStore:
         if kind not in KINDS:
             raise InvalidObject(f"unsupported kind {kind!r}", obj=str(kind))
         key = object_key(kind, raw)
+        if kind == "PodDisruptionBudget":
+            self.budgets[key] = _budget(key, raw)
+            self.revision += 1
+            return
         if kind == "Pod":
             self.pods[key] = raw
             self.revision += 1
@@ -356,7 +366,9 @@ class ObjectStore:
         """Forget one object; unknown objects are ignored (a watch may repeat a DELETED event)."""
         key = f"{namespace or 'default'}/{name}" if kind in _NAMESPACED else name
         self.revision += 1
-        if kind == "Pod":
+        if kind == "PodDisruptionBudget":
+            self.budgets.pop(key, None)
+        elif kind == "Pod":
             if self.pods.pop(key, None) is not None:
                 for listener in self.claim_listeners:
                     listener(kind, key)
@@ -410,6 +422,7 @@ class ObjectStore:
             "ResourceSlice": self.slices,
             "Node": self.nodes,
             "PodSchedulingContext": self.scheduling_contexts,
+            "PodDisruptionBudget": self.budgets,
         }[kind]  # type: ignore[assignment]
         return tuple(table)
 
@@ -469,6 +482,19 @@ class ObjectStore:
 
     def device_count(self) -> int:
         return sum(len(s.devices) for s in self.slices.values())
+
+
+def _budget(key: str, raw: Mapping[str, Any]) -> Budget:
+    """A PodDisruptionBudget as preemption reads it (leniently: a budget is a hint to the choice;
+    the API server's eviction check is the authority)."""
+    raw_spec, raw_status = raw.get("spec"), raw.get("status")
+    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+    status: Mapping[str, Any] = raw_status if isinstance(raw_status, Mapping) else {}
+    selector = spec.get("selector") if isinstance(spec.get("selector"), Mapping) else None
+    allowed = status.get("disruptionsAllowed")
+    namespace, _, name = key.partition("/")
+    count = allowed if isinstance(allowed, int) and not isinstance(allowed, bool) else 0
+    return Budget(namespace, name, selector, count)
 
 
 def _readable_allocation(raw: Mapping[str, Any]) -> AllocationResult | None:

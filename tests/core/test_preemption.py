@@ -62,3 +62,23 @@ def test_plans_are_ranked_as_kube_scheduler_ranks_nodes() -> None:
     # equal otherwise: the latest start of the most important victim wins
     assert better_plan([Plan("n1", (older,)), Plan("n2", (low,))]).node == "n2"  # type: ignore[union-attr]
     assert better_plan([Plan("n1", (low,), pdb_violations=1), Plan("n2", (mid,))]).node == "n2"  # type: ignore[union-attr]
+
+
+def test_budgets_protect_victims_in_importance_order() -> None:
+    from extender.core.preemption import Budget, label_selector_matches, protected_victims
+
+    a = Victim("ns", "a", "ua", 200)
+    b = Victim("ns", "b", "ub", 100)
+    c = Victim("other", "c", "uc", 100)
+    labels = {"ua": {"app": "web"}, "ub": {"app": "web"}, "uc": {"app": "web"}}
+    one_left = Budget("ns", "web", {"matchLabels": {"app": "web"}}, 1)
+    # the more important victim consumes the one disruption allowed; the next one would violate
+    assert protected_victims([b, a, c], [one_left], labels) == {"ub"}
+    assert protected_victims([a, b], [Budget("ns", "none", None, 0)], labels) == set()  # selects nothing
+    assert label_selector_matches(
+        {"matchExpressions": [{"key": "app", "operator": "In", "values": ["web"]}]}, {"app": "web"}
+    )
+    assert not label_selector_matches(
+        {"matchExpressions": [{"key": "app", "operator": "DoesNotExist"}]}, {"app": "web"}
+    )
+    assert not label_selector_matches({}, {"app": "web"})

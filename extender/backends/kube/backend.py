@@ -119,6 +119,8 @@ class KubeBackend:
             self.rejected = RejectedPods(ttl_seconds=settings.requeue.ttl_seconds, max_pods=settings.requeue.max_pods)
         self.client: KubeClient | None = None
         self.api_version = ""  # "resource.k8s.io/v1" once discovered
+        #: Whether PodDisruptionBudgets are watched (``_discover_budgets``).
+        self._watch_budgets = False
         #: Why classic DRA is not driven ("" when it is): see ``classic_dra``.
         self._classic_problem = "the Kubernetes backend is not started"
         self.reflectors: dict[str, Reflector] = {}
@@ -238,6 +240,7 @@ class KubeBackend:
         version = self.settings.api_version or await discover(self.client)
         self.api_version = f"{GROUP}/{version}"
         await self._discover_classic(version)
+        await self._discover_budgets()
         if self.settings.check_access:
             for resource in self._resources():
                 params = {"limit": "1"}
@@ -268,6 +271,23 @@ class KubeBackend:
             return
         log.info("kube.classic_dra", api=self.api_version)
 
+    async def _discover_budgets(self) -> None:
+        """Whether to watch PodDisruptionBudgets (device-aware preemption spares the pods they
+        protect): only where listing them is allowed; without it, preemption learns of budgets from
+        the API server's refusals alone (logged once)."""
+        assert self.client is not None
+        resource = self._budget_resource()
+        try:
+            await self.client.request("GET", resource.path, params={"limit": "1"}, verb="list", resource=resource.name)
+        except (AccessDenied, ObjectNotFound) as exc:
+            self._watch_budgets = False
+            log.warning("kube.budgets_not_watched", reason=exc.reason)
+            return
+        self._watch_budgets = True
+
+    def _budget_resource(self) -> Resource:
+        return Resource("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets")
+
     def _context_resource(self) -> Resource:
         return Resource("PodSchedulingContext", f"{GROUP}/{CLASSIC_VERSION}", "podschedulingcontexts")
 
@@ -281,6 +301,7 @@ class KubeBackend:
             Resource("Node", "v1", "nodes"),
             Resource("Pod", "v1", "pods", field_selector=self.settings.pod_field_selector),
             *([self._context_resource()] if self._classic_problem == "" else []),
+            *([self._budget_resource()] if self._watch_budgets else []),
         ]
 
     async def _close_client(self) -> None:

@@ -128,6 +128,8 @@ class StoreFeeder:
             "ResourceClaimTemplate": self.store.templates,
             "ResourceSlice": self.store.slices,
             "Node": self.store.nodes,
+            "PodSchedulingContext": self.store.scheduling_contexts,
+            "PodDisruptionBudget": self.store.budgets,
         }
         return tables.get(kind, {})
 

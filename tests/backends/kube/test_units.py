@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 import pytest
@@ -342,3 +343,29 @@ async def test_token_bucket_waits_for_tokens_beyond_the_burst() -> None:
         await bucket.acquire()
     assert slept == [0.5, 0.5]
     assert now[0] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kind", "api_version", "table"),
+    [
+        ("PodSchedulingContext", "resource.k8s.io/v1alpha3", "scheduling_contexts"),
+        ("PodDisruptionBudget", "policy/v1", "budgets"),
+    ],
+)
+def test_a_relist_forgets_contexts_and_budgets_that_are_gone(kind: str, api_version: str, table: str) -> None:
+    from extender.state.store import ObjectStore
+
+    store = ObjectStore()
+    feeder = StoreFeeder(store)
+
+    def obj(name: str) -> dict[str, Any]:
+        return {
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": {"name": name, "namespace": "default", "resourceVersion": "5"},
+        }
+
+    feeder.replace(kind, [obj("a"), obj("b")])
+    assert set(getattr(store, table)) == {"default/a", "default/b"}
+    feeder.replace(kind, [obj("b")])
+    assert set(getattr(store, table)) == {"default/b"}
