@@ -74,9 +74,11 @@ class ClusterView:
         for a preemptor of equal or higher priority), or None when none are held against it."""
         if not self.nominations:
             return None
-        against = self.nominations.against(pod_uid, priority, node)
-        if not against:
+        if not self.nominations.against(pod_uid, priority, node):
             return None
+        # every nominated device the pod must leave alone, whichever node it is nominated on (a
+        # device a pool shares between nodes is reachable from this one too)
+        against = [n for n in self.nominations.by_uid.values() if n.pod_uid != pod_uid and n.priority >= priority]
         state = self.store.in_use_without(())
         for nomination in against:
             for result in nomination.results:

@@ -126,11 +126,23 @@ class DevicePreemption:
         if not self.nominations or not claims.to_allocate:
             return outcome
         self.nominations.expire(self.store.pods)
+        against = [
+            n for n in self.nominations.by_uid.values() if n.pod_uid != claims.pod_uid and n.priority >= claims.priority
+        ]
+        passing = set(outcome.node_names)
+        nodes = sorted({n.node for n in against} & passing)
+        if not nodes:
+            return outcome
+        # One state for all of them: every nominated device held (devices of different nodes
+        # are distinct; one a pool shares between nodes is held everywhere, as it should be).
+        state = self.store.in_use_without(())
+        for nomination in against:
+            for result in nomination.results:
+                state.add_allocation(result)
         refused: dict[str, str] = {}
-        for node in outcome.node_names:
-            state = self.cluster.nominated_state(claims.pod_uid, claims.priority, node)
-            if state is not None and not self._fits(claims, node, state):
-                holders = ", ".join(n.pod_key for n in self.nominations.against(claims.pod_uid, claims.priority, node))
+        for node in nodes:
+            if not self._fits(claims, node, state):
+                holders = ", ".join(n.pod_key for n in against if n.node == node)
                 refused[node] = f"devices on the node are nominated for preemptor {holders}"
         if not refused:
             return outcome
