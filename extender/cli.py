@@ -117,11 +117,37 @@ def _allocate(args: argparse.Namespace) -> int:
         if isinstance(answer, Unresolvable):
             entry["unresolvable"] = answer.reason
         report.append(entry)
+    if args.priority is not None:
+        _add_victims(store, wanted, args.priority, report)
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(report, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         _print_report(report)
     return 0 if fits_somewhere else 1
+
+
+def _add_victims(store: ObjectStore, wanted: list[ResourceClaim], priority: int, report: list[dict[str, Any]]) -> None:
+    """For a pod of ``priority`` with these claims: on each node where they do not fit, the running
+    pods of the manifests that would have to go (device-aware preemption's choice; nobody is
+    evicted). ``victims`` is None where no set of lower-priority pods frees enough."""
+    from extender.backends.embedded import EmbeddedBackend
+    from extender.state.claims import PodClaims
+    from extender.state.cluster import ClusterView
+    from extender.state.ledger import InFlightLedger
+    from extender.state.preemption import DevicePreemption
+
+    preemption = DevicePreemption(ClusterView(EmbeddedBackend(store=store), InFlightLedger(), Features()))
+    claims = PodClaims(pod_key="(allocate)", pod_uid="", to_allocate=list(wanted), priority=priority)
+    unfit = [entry["node"] for entry in report if not entry["fits"] and "unresolvable" not in entry]
+    for node, found in preemption.victims_for(claims, unfit).items():
+        entry = next(e for e in report if e["node"] == node)
+        if isinstance(found, str):
+            entry["victims"], entry["preemption"] = [], found
+        elif found is None:
+            entry["victims"], entry["preemption"] = None, "no set of lower-priority pods frees enough devices"
+        else:
+            entry["victims"] = [{"pod": v.key, "priority": v.priority} for v in found]
+            entry["preemption"] = f"{len(found)} pod(s) of lower priority would have to go"
 
 
 def _print_report(report: list[dict[str, Any]]) -> None:
@@ -137,6 +163,9 @@ def _print_report(report: list[dict[str, Any]]) -> None:
             for claim in entry.get("claims", []):
                 for request in claim.get("requests", []):
                     print(f"  {claim.get('claim')} {request.get('request')}: {request.get('message')}")
+            if "preemption" in entry:
+                victims = ", ".join(f"{v['pod']} (priority {v['priority']})" for v in entry["victims"] or ())
+                print(f"  preemption: {entry['preemption']}" + (f": {victims}" if victims else ""))
 
 
 # --- serve ------------------------------------------------------------------------------------------
@@ -462,6 +491,13 @@ def _parser() -> argparse.ArgumentParser:
     allocate.add_argument("--claim", action="append", required=True, metavar="NS/NAME", help="claim to allocate")
     allocate.add_argument("--node", action="append", default=[], metavar="NODE", help="only try these nodes")
     allocate.add_argument("--json", action="store_true", help="print JSON instead of text")
+    allocate.add_argument(
+        "--priority",
+        type=int,
+        metavar="N",
+        help="for a pod of this priority: on nodes where the claims do not fit, which running pods of the "
+        "manifests would have to go (device-aware preemption's choice; nothing is evicted)",
+    )
     allocate.set_defaults(func=_allocate)
     _add_serve(commands)
     return parser

@@ -56,3 +56,14 @@ def test_fits_nowhere_exits_one(tmp_path: Path, capsys: pytest.CaptureFixture[st
     )
     assert main(["allocate", str(DEMO), str(claim), "--claim", "nine"]) == 1
     assert "needs 9" in capsys.readouterr().out
+
+
+def test_allocate_names_the_pods_that_would_have_to_go(capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/preemption.md's cluster: for a pod of priority 1000, batch-1 would go (batch-2's
+    PodDisruptionBudget spares it); for priority 100, nobody can."""
+    cluster = str(Path(__file__).parent.parent / "docs" / "examples" / "preemption-cluster.yaml")
+    assert main(["allocate", cluster, "--claim", "urgent-gpu", "--priority", "1000", "--json"]) == 1
+    [node] = json.loads(capsys.readouterr().out)
+    assert node["victims"] == [{"pod": "default/batch-1", "priority": 100}]
+    assert main(["allocate", cluster, "--claim", "urgent-gpu", "--priority", "100"]) == 1
+    assert "preemption: no set of lower-priority pods frees enough devices" in capsys.readouterr().out
