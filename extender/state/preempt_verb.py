@@ -28,9 +28,11 @@ omitted, and the truncation logged), ``PreemptVerb.decide``:
 
 Never answered: a victim of equal or higher priority than the pod (an in-tree one would make the
 node omitted), a pod of another node, a node the request did not name, a node with no victims
-(kube-scheduler 1.36 rejects it). ``NumPDBViolations`` is kept as kube-scheduler counted it: the
-extender does not watch PodDisruptionBudgets, so the victims it adds are not counted. kube-scheduler
-deletes the victims itself (no Eviction API on this path, so no budget is enforced either). A pod
+(kube-scheduler 1.36 rejects it). Holders a watched PodDisruptionBudget protects are added only
+when nothing else will do; ``NumPDBViolations`` is kube-scheduler's count for a node passed through,
+and for one with added victims the higher of that and the count over all of them from the watched
+budgets. kube-scheduler deletes the victims itself (no Eviction API on this path, so no budget is
+enforced either). A pod
 with no claims to allocate gets the request's victims back unchanged: its devices are no concern.
 With device preemption off (``--no-device-preemption``) no victim is added: the nodes whose in-tree
 victims do not free the devices are left out, the others passed through.
@@ -52,7 +54,7 @@ from extender.core.answers import Unresolvable
 from extender.core.budget import SearchBudget
 from extender.core.errors import AllocationTimedOut, ExtenderError
 from extender.core.model import AllocatedState
-from extender.core.preemption import Victim, by_importance, choose_victims, released
+from extender.core.preemption import Victim, by_importance, choose_victims, protected_victims, released
 from extender.state.claims import PodClaims, pod_identity
 from extender.state.cluster import ClusterView
 from extender.state.nominations import PLAN_SECONDS, PendingPlan
@@ -258,7 +260,13 @@ class _NodeSearch:
         ]
         if not self.verb.preemption.enabled:
             candidates = []  # --no-device-preemption: nobody goes for devices; such nodes are left out
-        extra = choose_victims(lambda removed: bool(self.fits(base | removed)), candidates) if candidates else None
+        budgets = list(self.verb.store.budgets.values())
+        protected = protected_victims(candidates, budgets, self.view.labels) if budgets and candidates else set()
+        extra = (
+            choose_victims(lambda removed: bool(self.fits(base | removed)), candidates, protected=protected)
+            if candidates
+            else None
+        )
         if not extra:
             return "no_victims_help", None
         self.added = extra
@@ -271,7 +279,17 @@ class _NodeSearch:
             ]
             + extra
         )
-        return "added", NodeVictims(tuple(v.uid for v in ordered), self.given.pdb_violations)
+        return "added", NodeVictims(tuple(v.uid for v in ordered), self._violations(ordered))
+
+    def _violations(self, victims: list[Victim]) -> int:
+        """``NumPDBViolations`` of the answer: kube-scheduler's count for its own victims, or the
+        count over all of them from the budgets the extender watches (each budget's disruptions
+        consumed in importance order), whichever is higher."""
+        budgets = list(self.verb.store.budgets.values())
+        if not budgets:
+            return self.given.pdb_violations
+        counted = protected_victims([v for v in victims if v.namespace], budgets, self.view.labels)
+        return max(self.given.pdb_violations, len(counted))
 
     def fits(self, removed: frozenset[str]) -> Allocation | bool | None:
         """Whether the pod fits once the pods ``removed`` (UIDs) are gone, remembered per set."""

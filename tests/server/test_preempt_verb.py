@@ -303,3 +303,31 @@ async def test_the_answered_plan_is_held_once_kube_scheduler_nominates_the_pod(m
     assert third.node_names == [] and "nominated for preemptor default/high" in third.failed["node-2"]
     assert "uid-high" in c.service.cluster.nominations.by_uid and not c.service.cluster.nominations.pending
     assert (await c.service.filter_and_recover(c.pod("high"), ["node-2"])).node_names == ["node-2"]
+
+
+async def test_added_victims_spare_budget_protected_pods_and_are_counted(make: MakeClient) -> None:
+    """low-3's PodDisruptionBudget allows no disruption: the verb adds low-4 instead (without the
+    budget low-3 would go: low-4 has the higher priority); when both are needed, the violation is
+    counted in NumPDBViolations."""
+    pdb = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "keep-low-3", "namespace": "default"},
+        "spec": {"selector": {"matchLabels": {"app": "low-3"}}, "maxUnavailable": 0},
+        "status": {"disruptionsAllowed": 0},
+    }
+    c = await make(*high(), pdb, priorities={4: 200})
+    low3 = c.pod("low-3")
+    low3["metadata"]["labels"] = {"app": "low-3"}
+    low3["metadata"].pop("resourceVersion", None)
+    c.backend.apply(low3)
+    answer = await c.preempt("high", {"node-2": meta("uid-hog-2")})
+    assert [p["UID"] for p in answer["node-2"]["Pods"]] == ["uid-low-4", "uid-hog-2"]
+    assert answer["node-2"]["NumPDBViolations"] == 0
+    c2 = await make(*high(count=2), pdb)
+    low3 = c2.pod("low-3")
+    low3["metadata"]["labels"] = {"app": "low-3"}
+    low3["metadata"].pop("resourceVersion", None)
+    c2.backend.apply(low3)
+    answer = await c2.preempt("high", {"node-2": meta("uid-hog-2")})
+    assert answer["node-2"]["NumPDBViolations"] == 1
