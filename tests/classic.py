@@ -109,6 +109,20 @@ def pod(name: str, *claims: str, uid: str | None = None) -> dict[str, Any]:
     }
 
 
+def scheduling_context(pod_name: str, owner_uid: str, *, uid: str = "", **spec: Any) -> dict[str, Any]:
+    """A PodSchedulingContext named after ``pod_name``, controlled by the pod with ``owner_uid``."""
+    meta: dict[str, Any] = {
+        "name": pod_name,
+        "namespace": "default",
+        "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": owner_uid, "controller": True}
+        ],
+    }
+    if uid:
+        meta["uid"] = uid
+    return {"apiVersion": ALPHA, "kind": "PodSchedulingContext", "metadata": meta, "spec": spec}
+
+
 @dataclass
 class Attempt:
     """One scheduling attempt: what filter answered, and the bind's node and error if it got there."""

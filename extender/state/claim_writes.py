@@ -47,6 +47,7 @@ __all__ = [
     "WRITE_ATTEMPTS",
     "Written",
     "deallocate",
+    "json_copy",
     "retry_on_conflict",
     "roll_back",
     "write_allocation",
@@ -124,7 +125,7 @@ async def _fresh_claim(backend: Backend, store: ObjectStore, claim: ResourceClai
     if attempt == 0:
         cached = store.raw_claims.get(claim.key)
         if cached is not None:
-            return _json_copy(cached)
+            return json_copy(cached)
     return await backend.get_claim(claim.namespace, claim.name)
 
 
@@ -249,7 +250,7 @@ async def deallocate(backend: Backend, claim: ResourceClaim, pod_uid: str) -> No
     await retry_on_conflict(step, what=f"deallocate claim {claim.key}", claim=claim.key)
 
 
-def _json_copy(raw: dict[str, Any]) -> dict[str, Any]:
+def json_copy(raw: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of a JSON object (what the store keeps), several times cheaper than deepcopy."""
     try:
         copied: dict[str, Any] = orjson.loads(orjson.dumps(raw))

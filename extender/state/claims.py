@@ -31,7 +31,15 @@ from extender.core.model import ResourceClaim
 from extender.state.ledger import InFlightLedger
 from extender.state.store import ObjectStore
 
-__all__ = ["MAX_CONSUMERS", "PodClaims", "pod_identity", "provisional_key", "reserved_for", "resolve_pod_claims"]
+__all__ = [
+    "MAX_CONSUMERS",
+    "PodClaims",
+    "pod_identity",
+    "pod_priority",
+    "provisional_key",
+    "reserved_for",
+    "resolve_pod_claims",
+]
 
 #: ResourceClaimReservedForMaxSize.
 MAX_CONSUMERS = 256
@@ -68,6 +76,12 @@ def _owned_by(raw_claim: Mapping[str, Any], pod_uid: str) -> bool:
         if ref.get("controller") and ref.get("uid") == pod_uid:
             return True
     return False
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    """A raw pod's ``spec.priority`` (admission resolved its PriorityClass into it; 0 when unset)."""
+    value = (pod.get("spec") or {}).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def reserved_for(claim: ResourceClaim, pod_uid: str) -> bool:
@@ -132,12 +146,7 @@ def resolve_pod_claims(
 ) -> PodClaims:
     namespace, name, uid = pod_identity(pod)
     spec = pod.get("spec") or {}
-    priority = spec.get("priority")
-    result = PodClaims(
-        pod_key=f"{namespace}/{name}",
-        pod_uid=uid,
-        priority=priority if isinstance(priority, int) and not isinstance(priority, bool) else 0,
-    )
+    result = PodClaims(pod_key=f"{namespace}/{name}", pod_uid=uid, priority=pod_priority(pod))
     statuses = {
         entry.get("name"): entry
         for entry in ((pod.get("status") or {}).get("resourceClaimStatuses") or [])

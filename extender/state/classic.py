@@ -34,7 +34,6 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import orjson
 import structlog
 
 from extender.core.classic import (
@@ -47,6 +46,7 @@ from extender.core.classic import (
 )
 from extender.core.errors import DeadlineExceeded, ExtenderError, ObjectNotFound, Transient, WriteConflict
 from extender.core.model import ResourceClaim
+from extender.state.claim_writes import json_copy
 from extender.state.claims import PodClaims, pod_identity
 from extender.state.cluster import ClusterView
 from extender.state.verdicts import FilterOutcome
@@ -228,7 +228,7 @@ class ClassicNegotiator:
                     # pod's?), so it is not applied over; the next attempt reads it.
                     raise Transient(f"PodSchedulingContext {key} exists already: {exc.reason}") from exc
             else:
-                new = _json_copy(stored)
+                new = json_copy(stored)
                 spec = new.setdefault("spec", {})
                 _set_spec(spec, potential, selected)
                 if new == stored:
@@ -452,8 +452,3 @@ def _set_spec(spec: dict[str, Any], potential: tuple[str, ...] | None, selected:
             spec["selectedNode"] = selected
         else:
             spec.pop("selectedNode", None)
-
-
-def _json_copy(raw: dict[str, Any]) -> dict[str, Any]:
-    copied: dict[str, Any] = orjson.loads(orjson.dumps(raw))
-    return copied

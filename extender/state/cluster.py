@@ -76,14 +76,7 @@ class ClusterView:
             return None
         if not self.nominations.against(pod_uid, priority, node):
             return None
-        # every nominated device the pod must leave alone, whichever node it is nominated on (a
-        # device a pool shares between nodes is reachable from this one too)
-        against = [n for n in self.nominations.by_uid.values() if n.pod_uid != pod_uid and n.priority >= priority]
-        state = self.store.in_use_without(())
-        for nomination in against:
-            for result in nomination.results:
-                state.add_allocation(result)
-        return state
+        return self.nominations.hold(self.store.in_use_without(()), pod_uid, priority)
 
     def allocator(
         self,

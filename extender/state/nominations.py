@@ -15,7 +15,7 @@ from typing import Any
 
 import structlog
 
-from extender.core.model import AllocationResult
+from extender.core.model import AllocatedState, AllocationResult
 from extender.core.preemption import Victim
 from extender.state.claims import pod_identity
 
@@ -137,7 +137,20 @@ class Nominations:
                 if not any(v.uid in victims_left for v in nomination.victims):
                     del self.by_uid[uid]  # never while a victim is still there (a long grace period)
 
+    def held_against(self, pod_uid: str, priority: int) -> list[Nomination]:
+        """The nominations a pod of ``priority`` must leave alone: those of other pods of equal or
+        higher priority (kube-scheduler's rule for nominated pods)."""
+        return [n for n in self.by_uid.values() if n.pod_uid != pod_uid and n.priority >= priority]
+
     def against(self, pod_uid: str, priority: int, node: str) -> list[Nomination]:
-        """The nominations on ``node`` that a pod of ``priority`` must leave alone: those of other
-        pods of equal or higher priority (kube-scheduler's rule for nominated pods)."""
-        return [n for n in self.by_uid.values() if n.node == node and n.pod_uid != pod_uid and n.priority >= priority]
+        """``held_against`` on one node."""
+        return [n for n in self.held_against(pod_uid, priority) if n.node == node]
+
+    def hold(self, state: AllocatedState, pod_uid: str, priority: int) -> AllocatedState:
+        """``state`` (a copy of the in-use state) with every device ``held_against`` the pod
+        counted, whichever node its nomination is on (a device a pool shares between nodes is
+        reachable from others too)."""
+        for nomination in self.held_against(pod_uid, priority):
+            for result in nomination.results:
+                state.add_allocation(result)
+        return state

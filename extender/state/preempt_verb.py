@@ -55,7 +55,7 @@ from extender.core.budget import SearchBudget
 from extender.core.errors import AllocationTimedOut, ExtenderError
 from extender.core.model import AllocatedState
 from extender.core.preemption import Victim, by_importance, choose_victims, protected_victims, released
-from extender.state.claims import PodClaims, pod_identity
+from extender.state.claims import PodClaims, pod_identity, pod_priority
 from extender.state.cluster import ClusterView
 from extender.state.nominations import PLAN_SECONDS, PendingPlan
 from extender.state.preemption import DevicePreemption, _ClusterIndex
@@ -338,12 +338,9 @@ class _NodeSearch:
         if raw is None:
             return None
         namespace, name, _ = pod_identity(raw)
-        return Victim(namespace, name, uid, _priority(raw), str((raw.get("status") or {}).get("startTime") or ""))
+        return Victim(namespace, name, uid, pod_priority(raw), str((raw.get("status") or {}).get("startTime") or ""))
 
 
-def _priority(pod: Mapping[str, Any]) -> int:
-    value = (pod.get("spec") or {}).get("priority")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 class _Located:

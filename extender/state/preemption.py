@@ -54,7 +54,7 @@ from extender.core.preemption import (
     protected_victims,
     released,
 )
-from extender.state.claims import PodClaims, pod_identity
+from extender.state.claims import PodClaims, pod_identity, pod_priority
 from extender.state.cluster import ClusterView
 from extender.state.nominations import Nomination
 from extender.state.verdicts import FilterOutcome
@@ -126,19 +126,12 @@ class DevicePreemption:
         if not self.nominations or not claims.to_allocate:
             return outcome
         self.nominations.expire(self.store.pods)
-        against = [
-            n for n in self.nominations.by_uid.values() if n.pod_uid != claims.pod_uid and n.priority >= claims.priority
-        ]
-        passing = set(outcome.node_names)
-        nodes = sorted({n.node for n in against} & passing)
+        against = self.nominations.held_against(claims.pod_uid, claims.priority)
+        nodes = sorted({n.node for n in against} & set(outcome.node_names))
         if not nodes:
             return outcome
-        # One state for all of them: every nominated device held (devices of different nodes
-        # are distinct; one a pool shares between nodes is held everywhere, as it should be).
-        state = self.store.in_use_without(())
-        for nomination in against:
-            for result in nomination.results:
-                state.add_allocation(result)
+        # one state for all of them: every device held against the pod counted
+        state = self.nominations.hold(self.store.in_use_without(()), claims.pod_uid, claims.priority)
         refused: dict[str, str] = {}
         for node in nodes:
             if not self._fits(claims, node, state):
@@ -205,7 +198,7 @@ class DevicePreemption:
             spec = other.get("spec") or {}
             if (
                 spec.get("nodeName") in failed
-                and _priority(spec) < claims.priority
+                and pod_priority(other) < claims.priority
                 and (spec.get("resourceClaims") or ())
                 and (other.get("status") or {}).get("phase") not in _DONE
             ):
@@ -377,13 +370,9 @@ class DevicePreemption:
         return out
 
     def _state(self, claims: PodClaims, node: str, freed: Collection[str]) -> AllocatedState:
-        """What is in use on ``node`` for this pod once ``freed`` hold nothing, nominations of
-        others of equal or higher priority counted."""
-        state = self.store.in_use_without(freed)
-        for nomination in self.nominations.against(claims.pod_uid, claims.priority, node):
-            for result in nomination.results:
-                state.add_allocation(result)
-        return state
+        """What is in use for this pod once ``freed`` hold nothing, the devices nominated for
+        others of equal or higher priority counted (``Nominations.hold``)."""
+        return self.nominations.hold(self.store.in_use_without(freed), claims.pod_uid, claims.priority)
 
     def _fits(self, claims: PodClaims, node: str, state: AllocatedState) -> Allocation | None:
         store = self.store
@@ -518,7 +507,7 @@ class _ClusterIndex:
         for pod in self.by_node.get(node, ()):
             namespace, name, uid = pod_identity(pod)
             spec = pod.get("spec") or {}
-            own_priority = _priority(spec)
+            own_priority = pod_priority(pod)
             if own_priority >= priority:
                 continue
             keys = tuple(
@@ -532,11 +521,6 @@ class _ClusterIndex:
                 grace_seconds = float(grace) if isinstance(grace, int) and not isinstance(grace, bool) else 30.0
                 victims.append(Victim(namespace, name, uid, own_priority, start, keys, grace_seconds))
         return by_importance(victims)
-
-
-def _priority(spec: Mapping[str, Any]) -> int:
-    value = spec.get("priority")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _keys(victims: Iterable[Victim]) -> set[str]:

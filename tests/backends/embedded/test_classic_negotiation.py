@@ -26,6 +26,7 @@ from tests.classic import (
     pod,
     quiet,
     schedule,
+    scheduling_context,
     structured_claim,
     structured_class,
 )
@@ -225,19 +226,7 @@ async def test_a_driver_slower_than_the_bind_deadline_is_caught_up_with_on_the_n
 
 
 async def test_a_context_of_an_older_pod_of_the_same_name_is_not_used() -> None:
-    stale = {
-        "apiVersion": "resource.k8s.io/v1alpha3",
-        "kind": "PodSchedulingContext",
-        "metadata": {
-            "name": "p1",
-            "namespace": "default",
-            "uid": "ctx-old",
-            "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Pod", "name": "p1", "uid": "uid-old", "controller": True}
-            ],
-        },
-        "spec": {"selectedNode": "node-1"},
-    }
+    stale = scheduling_context("p1", "uid-old", uid="ctx-old", selectedNode="node-1")
     h = Harness(classic_claim("c1"), pod("p1", "c1"), stale)
     outcome = await h.schedule("p1", attempts=1)
     assert outcome.attempts[0].error == "PodSchedulingContext object with UID ctx-old is not owned by Pod default/p1"
@@ -377,16 +366,7 @@ async def test_a_deallocation_is_not_requested_while_the_node_stays_selected() -
     """Clearing selectedNode fails: asking for the deallocation now would have the driver allocate
     on the same node again at once, so nothing is written and the attempt fails as before."""
     claim = allocated_by_driver(classic_claim("c1"), "node-1")
-    context = {
-        "apiVersion": "resource.k8s.io/v1alpha3",
-        "kind": "PodSchedulingContext",
-        "metadata": {
-            "name": "p1",
-            "namespace": "default",
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p1", "uid": "uid-p1", "controller": True}],
-        },
-        "spec": {"selectedNode": "node-1", "potentialNodes": ["node-1"]},
-    }
+    context = scheduling_context("p1", "uid-p1", selectedNode="node-1", potentialNodes=["node-1"])
     h = Harness(claim, pod("p1", "c1"), context)
     h.backend.faults.fail("update_scheduling_context", ApiUnavailable("injected"), times=None)
     raw = h.backend.get("Pod", "default", "p1")

@@ -16,7 +16,7 @@ import pytest
 from extender.backends.kube import ClusterConfig, KubeBackend, KubeSettings
 from extender.core.classic import UNSUITABLE, WAITING_FOR_DRIVER
 from extender.core.errors import DeadlineExceeded, PodUnschedulable
-from extender.state.service import SchedulingService
+from extender.state.service import FilterOutcome, SchedulingService
 from tests.classic import (
     DRIVER,
     Outcome,
@@ -27,6 +27,7 @@ from tests.classic import (
     gpu_slice,
     pod,
     schedule,
+    scheduling_context,
     structured_claim,
     structured_class,
 )
@@ -66,6 +67,19 @@ class Stack:
         raw = self.fake.get_object("Pod", "default", name)
         assert raw is not None
         return await schedule(self.service, raw, nodes, settle=self.settle, attempts=attempts)
+
+    async def bind_while_driver_is_down(self, node: str, *, wait: float) -> tuple[FilterOutcome, asyncio.Future[None]]:
+        """The driver stopped, p1 filtered over every node, then its bind to ``node`` started
+        (and left ``wait`` seconds to write selectedNode and begin waiting for the driver): the
+        filter's answer and the bind."""
+        await self.driver.crash()
+        raw = self.fake.get_object("Pod", "default", "p1")
+        assert raw is not None
+        outcome = await self.service.filter_and_recover(raw, NODES)
+        await self.service.classic.idle()
+        bind = asyncio.ensure_future(self.service.bind("default", "p1", "uid-p1", node))
+        await asyncio.sleep(wait)
+        return outcome, bind
 
     def claim(self, name: str) -> dict[str, Any]:
         claim = self.fake.get_object("ResourceClaim", "default", name, group="resource.k8s.io")
@@ -155,13 +169,9 @@ async def test_the_driver_finding_the_selected_node_unsuitable_moves_the_pod(aio
     other = allocated_by_driver(classic_claim("old"), "node-1", reserved_for=("someone",))
     objects = cluster(other, classic_claim("c1"), pod("p1", "c1"), pod("someone", "old"), capacity=(1, 2))
     async with classic_stack(fake, *objects) as s:
-        await s.driver.crash()  # it has not looked at the context when the bind comes
-        raw = fake.get_object("Pod", "default", "p1")
-        assert raw is not None
-        assert (await s.service.filter_and_recover(raw, NODES)).node_names == NODES
-        await s.service.classic.idle()
-        bind = asyncio.ensure_future(s.service.bind("default", "p1", "uid-p1", "node-1"))
-        await asyncio.sleep(0.1)
+        # the driver has not looked at the context when the bind comes
+        first, bind = await s.bind_while_driver_is_down("node-1", wait=0.1)
+        assert first.node_names == NODES
         s.driver.restart()
         with pytest.raises(Exception, match="resource driver reported node node-1 unsuitable for claim default/c1"):
             await bind
@@ -204,12 +214,7 @@ async def test_a_driver_that_does_not_reserve(aiohttp_server: Any) -> None:
 async def test_a_driver_that_crashes_and_restarts_during_the_bind_wait(aiohttp_server: Any) -> None:
     fake = await serve(aiohttp_server)
     async with classic_stack(fake, *cluster(classic_claim("c1"), pod("p1", "c1"))) as s:
-        await s.driver.crash()
-        raw = fake.get_object("Pod", "default", "p1")
-        assert raw is not None
-        await s.service.filter_and_recover(raw, NODES)
-        bind = asyncio.ensure_future(s.service.bind("default", "p1", "uid-p1", "node-1"))
-        await asyncio.sleep(0.3)
+        _, bind = await s.bind_while_driver_is_down("node-1", wait=0.3)
         assert not bind.done()
         s.driver.restart()  # a restarted controller lists everything and carries on
         await bind
@@ -256,18 +261,7 @@ async def test_deallocation_pending_at_filter_time(aiohttp_server: Any) -> None:
 
 async def test_a_stale_context_of_an_older_pod(aiohttp_server: Any) -> None:
     fake = await serve(aiohttp_server)
-    stale = {
-        "apiVersion": "resource.k8s.io/v1alpha3",
-        "kind": "PodSchedulingContext",
-        "metadata": {
-            "name": "p1",
-            "namespace": "default",
-            "ownerReferences": [
-                {"apiVersion": "v1", "kind": "Pod", "name": "p1", "uid": "uid-old", "controller": True}
-            ],
-        },
-        "spec": {"selectedNode": "node-1"},
-    }
+    stale = scheduling_context("p1", "uid-old", selectedNode="node-1")
     async with classic_stack(fake, *cluster(classic_claim("c1"), pod("p1", "c1"), stale)) as s:
         [context] = fake.contexts()
         outcome = await s.schedule("p1", attempts=1)
@@ -279,12 +273,7 @@ async def test_a_stale_context_of_an_older_pod(aiohttp_server: Any) -> None:
 async def test_a_pod_deleted_during_the_bind_wait(aiohttp_server: Any) -> None:
     fake = await serve(aiohttp_server)
     async with classic_stack(fake, *cluster(classic_claim("c1"), pod("p1", "c1"))) as s:
-        await s.driver.crash()
-        raw = fake.get_object("Pod", "default", "p1")
-        assert raw is not None
-        await s.service.filter_and_recover(raw, NODES)
-        bind = asyncio.ensure_future(s.service.bind("default", "p1", "uid-p1", "node-1"))
-        await asyncio.sleep(0.2)
+        _, bind = await s.bind_while_driver_is_down("node-1", wait=0.2)
         fake.delete_object("Pod", "default", "p1")
         with pytest.raises(Exception, match="was deleted"):
             await bind
@@ -390,16 +379,7 @@ async def test_clearing_the_node_by_apply_sends_it_empty(aiohttp_server: Any) ->
     """A clear whose update conflicts is applied with selectedNode "" (an omitted field would
     stay: the update that set it made another manager its owner); then the deallocation."""
     fake = await serve(aiohttp_server)
-    context = {
-        "apiVersion": "resource.k8s.io/v1alpha3",
-        "kind": "PodSchedulingContext",
-        "metadata": {
-            "name": "p1",
-            "namespace": "default",
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "p1", "uid": "uid-p1", "controller": True}],
-        },
-        "spec": {"selectedNode": "node-1", "potentialNodes": ["node-1"]},
-    }
+    context = scheduling_context("p1", "uid-p1", selectedNode="node-1", potentialNodes=["node-1"])
     objects = cluster(allocated_by_driver(classic_claim("c1"), "node-1"), pod("p1", "c1"), context)
     async with classic_stack(fake, *objects) as s:
         await s.driver.crash()
