@@ -1,5 +1,5 @@
-"""Debug endpoints: ``POST debug/explain`` and the read-only views of claims, pods, nodes and
-PodSchedulingContexts (classic DRA).
+"""Debug endpoints: ``POST debug/explain``, ``GET debug/why/{namespace}/{name}``, ``GET
+debug/objects`` and the read-only views of claims, pods, nodes and PodSchedulingContexts (classic DRA).
 
 They answer from the backend's cache, as JSON. Unknown claims, pods and contexts are 404
 ``{"error": ...}``; a node with no devices is an empty device list (the node may simply have none).
@@ -17,8 +17,17 @@ from extender.server.handlers import read_json
 from extender.server.keys import SERVICE
 from extender.server.middleware import json_error, json_response, log_context
 from extender.server.wire import parse_extender_args
+from extender.state.listing import held_objects
 
-__all__ = ["debug_claim", "debug_node", "debug_pod", "debug_scheduling_context", "explain"]
+__all__ = [
+    "debug_claim",
+    "debug_node",
+    "debug_objects",
+    "debug_pod",
+    "debug_scheduling_context",
+    "debug_why",
+    "explain",
+]
 
 log = structlog.get_logger()
 
@@ -41,6 +50,28 @@ async def explain(request: web.Request) -> web.Response:
             duration_ms=round((time.perf_counter() - start) * 1000, 3),
         )
     return json_response(answer)
+
+
+async def debug_why(request: web.Request) -> web.Response:
+    """Why the stored pod does not fit, over every node the extender knows (``state/why.py``)."""
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    service = request.app[SERVICE]
+    pod = service.debug_pod(namespace, name)
+    if pod is None:
+        return json_error(404, f"pod {namespace}/{name} not found")
+    start = time.perf_counter()
+    with log_context(pod=f"{namespace}/{name}"):
+        try:
+            answer = await service.why_cooperatively(pod)
+        except ExtenderError as exc:
+            answer = {"pod": f"{namespace}/{name}", "error": exc.reason, "summary": exc.reason}
+        log.info("why.answered", pod=f"{namespace}/{name}", duration_ms=round((time.perf_counter() - start) * 1000, 3))
+    return json_response(answer)
+
+
+async def debug_objects(request: web.Request) -> web.Response:
+    """The raw objects the extender holds, as one ``kind: List`` (``state/listing.py``)."""
+    return json_response(await held_objects(request.app[SERVICE].backend))
 
 
 async def debug_claim(request: web.Request) -> web.Response:

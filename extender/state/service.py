@@ -47,6 +47,7 @@ from extender.state.preemption import DevicePreemption
 from extender.state.recovery import deallocate_claim, stuck_claim
 from extender.state.stats import ServiceStats
 from extender.state.verdicts import FilterOutcome, VerdictCache
+from extender.state.why import known_node_names, why
 
 __all__ = [
     "DEFAULT_BIND_DEADLINE_SECONDS",
@@ -342,6 +343,11 @@ class SchedulingService:
     async def explain_cooperatively(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:
         """``explain``, letting the event loop run during a long search."""
         return await cooperative.run(self.views.explain, pod, node_names)
+
+    async def why_cooperatively(self, pod: Mapping[str, Any]) -> dict[str, Any]:
+        """Why the pod does not fit (``why.py``) over every node the extender knows, letting the
+        event loop run during a long search."""
+        return await cooperative.run(why, self.views, pod, known_node_names(self.store))
 
     def debug_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.views.claim(namespace, name)
