@@ -56,8 +56,12 @@ class InFlightLedger:
         #: Told of every entry added (True) or removed (False): the store counts in-flight devices
         #: as in use, and caches of verdicts depend on that.
         self.listeners: list[Callable[[InFlightAllocation, bool], None]] = []
+        #: Bumped on every entry added or removed: a cheap "did anything change" check for readers
+        #: (the device map's revision is the store's revision plus this).
+        self.changes = 0
 
     def _changed(self, entry: InFlightAllocation, added: bool = False) -> None:
+        self.changes += 1
         for listener in self.listeners:
             listener(entry, added)
 

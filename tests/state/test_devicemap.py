@@ -1,0 +1,420 @@
+"""The device map's read model (``extender/state/devicemap.py``) over tests/state/fixtures/device-states.yaml:
+every state on the right device, partitions grouped, filters and paging, pools and pending pods, a
+revision that moves with every change, and the incremental upkeep agreeing with a map built afresh
+(while re-rendering only the nodes a change concerns)."""
+
+from __future__ import annotations
+
+import copy
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.backends.embedded import EmbeddedBackend
+from extender.core.model import AllocationResult, DeviceResult
+from extender.state import devicemap as devicemap_module
+from extender.state.devicemap import DEVICE_STATES, DeviceMap, NodeFilter, UnknownDeviceClass
+from extender.state.service import SchedulingService
+
+CLUSTER = Path(__file__).parent / "fixtures" / "device-states.yaml"
+
+
+def make(**options: Any) -> tuple[EmbeddedBackend, SchedulingService, DeviceMap]:
+    backend = EmbeddedBackend.from_paths(CLUSTER)
+    service = SchedulingService(backend=backend, **options)
+    return backend, service, DeviceMap(service.cluster, service.stats, service.views, clock=lambda: 1_893_457_000.0)
+
+
+def devices_of(device_map: DeviceMap, node: str) -> dict[str, dict[str, Any]]:
+    detail = device_map.node(node)
+    assert detail is not None
+    return {d["name"]: d for d in detail["devices"]}
+
+
+def states(device_map: DeviceMap, node: str) -> dict[str, str]:
+    page = device_map.nodes(NodeFilter(q=node))
+    (found,) = [n for n in page["nodes"] if n["name"] == node]
+    return {d["name"]: d["state"] for d in found["devices"]}
+
+
+def in_flight(service: SchedulingService, claim: str, node: str, *devices: str, tentative: bool = False) -> None:
+    """A ledger entry for ``claim`` on ``devices`` of ``node``'s GPU pool: a bind in flight or a hold."""
+    stored = service.store.claims[claim]
+    result = AllocationResult(
+        devices=tuple(DeviceResult(request="gpu", driver="gpu.example.com", pool=node, device=d) for d in devices)
+    )
+    service.ledger.add(
+        claim=stored, pod_key=f"default/pod-of-{stored.name}", pod_uid=f"uid-{stored.name}", node=node,
+        result=result, tentative=tentative,
+    )  # fmt: skip
+
+
+def test_every_state_is_shown_on_its_device() -> None:
+    _, service, device_map = make()
+    in_flight(service, "default/one-gpu", "node-a", "gpu-1")
+    in_flight(service, "default/two-gpus", "node-a", "gpu-2", tentative=True)
+    assert states(device_map, "node-a") == {
+        "gpu-0": "allocated",
+        "gpu-1": "binding",
+        "gpu-2": "held",
+        "gpu-3": "tainted",
+        "nic-0": "free",
+    }
+    assert states(device_map, "node-b") == {"gpu-0": "free", "gpu-1": "shared", "gpu-2": "admin"}
+    assert states(device_map, "node-c") == {"gpu-0": "free", "gpu-0-half-0": "allocated", "gpu-0-half-1": "free"}
+    totals = device_map.summary()["totals"]
+    assert totals == {
+        "nodes": 4,
+        "devices": 11,
+        "free": 4,
+        "allocated": 2,
+        "binding": 1,
+        "held": 1,
+        "tainted": 1,
+        "shared": 1,
+        "admin": 1,
+    }
+    assert set(DEVICE_STATES) <= set(totals)
+
+
+def test_holders_claims_and_pods() -> None:
+    _, service, device_map = make()
+    in_flight(service, "default/one-gpu", "node-a", "gpu-1")
+    node_a = devices_of(device_map, "node-a")
+    assert node_a["gpu-0"]["claims"] == [
+        {"claim": "team-a/train", "pods": ["team-a/trainer"], "request": "gpu", "adminAccess": False,
+         "state": "allocated"}
+    ]  # fmt: skip
+    assert node_a["gpu-1"]["claims"][0]["claim"] == "default/one-gpu"
+    assert node_a["gpu-1"]["claims"][0]["state"] == "binding"
+    assert node_a["gpu-1"]["pods"] == ["default/pod-of-one-gpu"]
+    assert node_a["gpu-3"]["taints"] == [{"key": "maintenance", "value": "fan", "effect": "NoSchedule"}]
+    page = device_map.nodes(NodeFilter(q="node-a"))["nodes"][0]
+    gpu_0 = next(d for d in page["devices"] if d["name"] == "gpu-0")
+    assert gpu_0 == {
+        "id": "gpu.example.com/node-a/gpu-0",
+        "driver": "gpu.example.com",
+        "pool": "node-a",
+        "name": "gpu-0",
+        "state": "allocated",
+        "group": None,
+        "use": "",
+        "claims": ["team-a/train"],
+        "pods": ["team-a/trainer"],
+        "taints": [],
+    }
+    node_b = devices_of(device_map, "node-b")
+    assert node_b["gpu-1"]["use"] == "2 claims, memory 30Gi/80Gi"
+    assert node_b["gpu-1"]["claims"][0]["claim"] == "team-b/share-1"
+    assert node_b["gpu-2"]["claims"][0]["adminAccess"] is True
+    assert node_b["gpu-0"]["capacity"] == {"memory": "80Gi"}
+
+
+def test_partitions_are_grouped_by_their_counter_set() -> None:
+    _, _, device_map = make()
+    node_c = devices_of(device_map, "node-c")
+    assert {d["group"] for d in node_c.values()} == {"gpu-0-counters"}
+    # half of the counters are used by the allocated half: the whole GPU cannot be had now
+    assert node_c["gpu-0"]["use"].startswith("unavailable: counter set gpu-0-counters has 20Gi memory left")
+    assert node_c["gpu-0-half-1"]["use"] == ""
+    assert devices_of(device_map, "node-a")["gpu-1"]["group"] is None
+
+
+def test_a_hold_placed_by_filter_shows_as_held_then_goes_with_its_ttl() -> None:
+    now = [0.0]
+    backend, service, device_map = make(hold_seconds=2.0)
+    service.ledger._clock = lambda: now[0]  # the ledger's own clock: holds expire with it
+    pod = backend.store.pods["default/urgent"]
+    outcome = service.filter(pod, ["node-a"])  # one node passes: the pod's NIC is held there
+    assert outcome.node_names == ["node-a"]
+    before = device_map.revision()
+    assert states(device_map, "node-a")["nic-0"] == "held"
+    now[0] = 10.0
+    assert device_map.revision() != before  # the hold expired: a change the page must hear of
+    assert states(device_map, "node-a")["nic-0"] == "free"
+
+
+def test_revision_moves_with_the_store_the_ledger_and_bind_counters() -> None:
+    backend, service, device_map = make()
+    first = device_map.revision()
+    assert device_map.revision() == first
+    in_flight(service, "default/one-gpu", "node-a", "gpu-1")
+    second = device_map.revision()
+    assert second > first
+    service.ledger.drop("default/one-gpu")
+    third = device_map.revision()
+    assert third > second
+    node = backend.get("Node", None, "node-d")
+    assert node is not None
+    node["metadata"]["labels"]["zone"] = "d"
+    backend.apply(node)
+    assert device_map.revision() > third
+    before = device_map.revision()
+    service.stats.count_bind_failure("DoesNotFit")
+    assert device_map.revision() > before
+    assert device_map.summary()["revision"] == device_map.revision()
+
+
+def test_filters_keep_devices_and_nodes() -> None:
+    _, _, device_map = make()
+
+    def shown(node_filter: NodeFilter) -> dict[str, list[str]]:
+        return {n["name"]: [d["name"] for d in n["devices"]] for n in device_map.nodes(node_filter)["nodes"]}
+
+    assert shown(NodeFilter(driver="nic.example.com")) == {"node-a": ["nic-0"]}
+    assert shown(NodeFilter(device_class="big-gpu")) == {"node-b": ["gpu-0", "gpu-1"]}
+    assert shown(NodeFilter(device_class="nic")) == {"node-a": ["nic-0"]}
+    assert shown(NodeFilter(namespace="team-b")) == {"node-b": ["gpu-1"]}
+    assert shown(NodeFilter(namespace="default")) == {"node-b": ["gpu-2"], "node-c": ["gpu-0-half-0"]}
+    assert set(shown(NodeFilter(label_key="zone", label_value="b"))) == {"node-b", "node-c"}
+    assert set(shown(NodeFilter(label_key="rack"))) == {"node-a"}
+    assert set(shown(NodeFilter(label_key="zone", label_value="z"))) == set()
+    assert set(shown(NodeFilter(q="-C"))) == {"node-c"}
+    assert shown(NodeFilter(label_key="zone", label_value="b", device_class="big-gpu")) == {"node-b": ["gpu-0", "gpu-1"]}
+    # node filters alone keep a node's every device, and nodes without any
+    assert shown(NodeFilter(q="node-d")) == {"node-d": []}
+    page = device_map.nodes(NodeFilter(namespace="team-b"))["nodes"][0]
+    assert page["counts"] == {"shared": 1}
+    with pytest.raises(UnknownDeviceClass, match="no-such-class"):
+        device_map.nodes(NodeFilter(device_class="no-such-class"))
+
+
+def test_the_class_filter_reads_the_selector_cache() -> None:
+    _, service, device_map = make()
+    service.warm_up()  # as the server does at start: every class selector on every slice
+    stats = service.store.selectors.stats
+    misses = stats.result_misses
+    device_map.nodes(NodeFilter(device_class="big-gpu"))
+    device_map.nodes(NodeFilter(device_class="gpu"), offset=1)
+    assert stats.result_misses == misses
+
+
+def test_paging() -> None:
+    _, _, device_map = make()
+    page = device_map.nodes(offset=1, limit=2)
+    assert (page["total"], page["offset"], page["limit"]) == (4, 1, 2)
+    assert [n["name"] for n in page["nodes"]] == ["node-b", "node-c"]
+    assert device_map.nodes(offset=10)["nodes"] == []
+    filtered = device_map.nodes(NodeFilter(driver="gpu.example.com"), offset=1, limit=1)
+    assert filtered["total"] == 3 and [n["name"] for n in filtered["nodes"]] == ["node-b"]
+    assert device_map.nodes(limit=10_000)["limit"] == devicemap_module.MAX_PAGE
+
+
+def test_pools_and_their_status() -> None:
+    backend, _, device_map = make()
+    pools = {(p["driver"], p["pool"]): p for p in device_map.pools()["pools"]}
+    assert pools[("gpu.example.com", "node-d")]["status"] == "incomplete"
+    assert pools[("gpu.example.com", "node-d")]["reason"] == "1 of 2 slices of generation 1"
+    assert pools[("gpu.example.com", "node-c")] == {
+        "driver": "gpu.example.com",
+        "pool": "node-c",
+        "node": "node-c",
+        "generation": 1,
+        "slices": 2,
+        "expectedSlices": 2,
+        "devices": 3,
+        "status": "complete",
+        "reason": "",
+    }
+    backend.apply(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "node-d-nics"},
+            "spec": {
+                "driver": "nic.example.com",
+                "nodeName": "node-d",
+                "pool": {"name": "node-d", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "nic-0"}, {"name": "nic-0"}],
+            },
+        }
+    )
+    invalid = next(p for p in device_map.pools("nic.example.com")["pools"] if p["pool"] == "node-d")
+    assert invalid["status"] == "invalid" and "duplicate device name 'nic-0'" in invalid["reason"]
+    assert {p["driver"] for p in device_map.pools("nic.example.com")["pools"]} == {"nic.example.com"}
+    detail = device_map.node("node-d")
+    assert detail is not None
+    assert {(p["driver"], p["status"]) for p in detail["pools"]} == {
+        ("gpu.example.com", "incomplete"),
+        ("nic.example.com", "invalid"),
+    }
+    assert detail["devices"] == []  # neither pool can be allocated from
+
+
+def test_pending_pods_most_important_first() -> None:
+    backend, _, device_map = make()
+    pods = device_map.pending()["pods"]
+    assert [p["pod"] for p in pods] == ["default/urgent", "default/old", "default/new"]
+    assert pods[0]["priority"] == 100 and pods[0]["claims"] == ["default/nic"]
+    assert pods[1]["ageSeconds"] == 1_893_457_000.0 - 1_893_456_000.0
+    assert all(p["explained"] is False for p in pods)
+    assert device_map.pending("team-a")["pods"] == []
+    # a pod bound leaves the list; a new one with a template claim joins it
+    pod = backend.get("Pod", "default", "old")
+    assert pod is not None
+    pod["spec"]["nodeName"] = "node-a"
+    backend.apply(pod)
+    backend.apply(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "gpu", "namespace": "team-b"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}}},
+        }
+    )
+    backend.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "notebook", "namespace": "team-b", "uid": "uid-notebook"},
+            "spec": {
+                "priority": 5,
+                "containers": [{"name": "main", "image": "busybox"}],
+                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
+            },
+        }
+    )
+    pods = device_map.pending()["pods"]
+    assert [p["pod"] for p in pods] == ["default/urgent", "team-b/notebook", "default/new"]
+    (created,) = pods[1]["claims"]  # the resourceclaim controller made it from the template
+    assert created.startswith("team-b/notebook-gpu-")
+    summary = device_map.summary()
+    assert summary["pendingPods"] == 3
+    assert summary["counters"]["scheduledPods"] == 2
+
+
+async def test_the_first_pending_pods_are_explained_once_per_revision(monkeypatch: pytest.MonkeyPatch) -> None:
+    why = pytest.importorskip("extender.state.why")
+    _, service, device_map = make()
+    calls: list[str] = []
+    real = why.why
+
+    def counted(views: Any, pod: Any, names: Any) -> Any:
+        calls.append(pod["metadata"]["name"])
+        return real(views, pod, names)
+
+    monkeypatch.setattr(why, "why", counted)
+    answer = await device_map.pending_explained()
+    assert all(p["explained"] for p in answer["pods"])
+    assert all(isinstance(p["summary"], str) and p["summary"] for p in answer["pods"])
+    assert sorted(calls) == ["new", "old", "urgent"]
+    await device_map.pending_explained()
+    assert len(calls) == 3  # same revision: remembered
+    in_flight(service, "default/one-gpu", "node-a", "gpu-1")
+    await device_map.pending_explained()
+    assert len(calls) == 6
+
+
+async def test_only_the_first_pending_pods_are_explained(monkeypatch: pytest.MonkeyPatch) -> None:
+    why = pytest.importorskip("extender.state.why")
+    monkeypatch.setattr(devicemap_module, "EXPLAINED_PODS", 2)
+    monkeypatch.setattr(why, "why", lambda views, pod, names: {"summary": "s", "closest": [{"node": "n", "message": "m"}]})
+    _, _, device_map = make()
+    pods = (await device_map.pending_explained())["pods"]
+    assert [p["explained"] for p in pods] == [True, True, False]
+    assert pods[0]["closest"] == [{"node": "n", "message": "m"}]
+
+
+# --- incremental upkeep ----------------------------------------------------------------------------
+
+
+def _answers(device_map: DeviceMap) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "summary": device_map.summary(),
+        "nodes": device_map.nodes(limit=500),
+        "pools": device_map.pools(),
+        "pending": device_map.pending(),
+        "filtered": [
+            device_map.nodes(f)
+            for f in (NodeFilter(namespace="default"), NodeFilter(device_class="big-gpu"), NodeFilter(label_key="zone"))
+        ],
+    }
+    for name in device_map.node_names():
+        out[f"node {name}"] = device_map.node(name)
+    return out
+
+
+def _allocate(backend: EmbeddedBackend, claim: str, pool: str, device: str) -> None:
+    namespace, name = claim.split("/")
+    raw = backend.get("ResourceClaim", namespace, name)
+    assert raw is not None
+    raw["status"] = {
+        "allocation": {"devices": {"results": [{"request": "gpu", "driver": "gpu.example.com", "pool": pool,
+                                                "device": device}]}},
+    }  # fmt: skip
+    backend.apply(raw)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_incremental_answers_equal_a_fresh_map_through_random_changes(seed: int) -> None:
+    rng = random.Random(seed)
+    backend, service, device_map = make()
+    free = [("node-a", "gpu-1"), ("node-a", "gpu-2"), ("node-b", "gpu-0"), ("node-c", "gpu-0-half-1")]
+    claims = ["default/one-gpu", "default/two-gpus"]
+    for _ in range(25):
+        _answers(device_map)  # read between changes: the upkeep, not a first build, is under test
+        change = rng.randrange(7)
+        if change == 0 and claims:
+            pool, device = free.pop(rng.randrange(len(free))) if free else ("node-b", "gpu-0")
+            _allocate(backend, claims.pop(), pool, device)
+        elif change == 1:
+            pool, device = rng.choice([("node-a", "gpu-1"), ("node-b", "gpu-0"), ("node-a", "gpu-2")])
+            in_flight(service, rng.choice(["default/one-gpu", "default/two-gpus"]), pool, device,
+                      tentative=rng.random() < 0.5)  # fmt: skip
+        elif change == 2:
+            for entry in list(service.ledger):
+                service.ledger.drop(entry.claim_key)
+        elif change == 3:
+            node = backend.get("Node", None, rng.choice(["node-a", "node-b", "node-c", "node-d"]))
+            assert node is not None
+            node["metadata"]["labels"]["zone"] = rng.choice(["a", "b", "c"])
+            backend.apply(node)
+        elif change == 4:
+            slice_ = backend.get("ResourceSlice", None, "node-a-gpus")
+            assert slice_ is not None
+            devices = slice_["spec"]["devices"]
+            devices[3]["taints"] = [] if devices[3].get("taints") else [{"key": "k", "effect": "NoExecute"}]
+            backend.apply(slice_)
+        elif change == 5:
+            pod = backend.get("Pod", "default", rng.choice(["old", "new", "urgent"]))
+            if pod is not None:
+                pod["spec"]["nodeName"] = "node-a"
+                backend.apply(pod)
+        else:
+            claim = backend.get("ResourceClaim", "team-b", "share-2")
+            if claim is not None:
+                backend.delete("ResourceClaim", "team-b", "share-2")
+        fresh = DeviceMap(service.cluster, service.stats, service.views, clock=lambda: 1_893_457_000.0)
+        assert _answers(device_map) == _answers(fresh)
+
+
+def test_a_change_re_renders_only_the_nodes_it_concerns(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend, service, device_map = make()
+    device_map.summary()
+    device_map.nodes()
+    rendered: list[str] = []
+    real = DeviceMap._render
+
+    def counting(self: DeviceMap, name: str) -> Any:
+        rendered.append(name)
+        return real(self, name)
+
+    monkeypatch.setattr(DeviceMap, "_render", counting)
+    device_map.summary()
+    device_map.nodes()
+    assert rendered == []
+    in_flight(service, "default/one-gpu", "node-b", "gpu-0")
+    assert device_map.summary()["totals"]["binding"] == 1
+    device_map.nodes()
+    assert rendered == ["node-b"]
+    _allocate(backend, "default/two-gpus", "node-c", "gpu-0-half-1")
+    device_map.nodes()
+    assert rendered == ["node-b", "node-c"]
+    pod = copy.deepcopy(backend.get("Pod", "default", "new"))
+    pod["spec"]["nodeName"] = "node-c"
+    backend.apply(pod)  # a pod change shows on no node
+    device_map.nodes()
+    device_map.summary()
+    assert rendered == ["node-b", "node-c"]
