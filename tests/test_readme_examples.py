@@ -174,6 +174,18 @@ def _check_explain(body: Any) -> None:
     assert nodes["node-2"]["outcome"] == "Fits"
 
 
+def _check_why(body: Any) -> None:
+    assert body["pod"] == "default/aligned-pod"
+    assert body["summary"].startswith(f"{body['fits']['count']}/4 nodes are available: 1 cannot allocate all claims")
+    assert body["reasons"][0]["nodes"] == ["node-1"]
+
+
+def _check_objects(body: Any) -> None:
+    assert body["kind"] == "List"
+    kinds = {item["kind"] for item in body["items"]}
+    assert kinds == {"Node", "DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim", "Pod"}
+
+
 def _check_bind(body: Any) -> None:
     assert body == {"Error": ""}
 
@@ -274,6 +286,8 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "filter-error": _check_filter_error,
     "prioritize": _check_prioritize,
     "explain": _check_explain,
+    "why": _check_why,
+    "objects": _check_objects,
     "bind": _check_bind,
     "resourceclaims": _check_resourceclaims,
     "pods": _check_pods,

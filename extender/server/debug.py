@@ -3,6 +3,11 @@ debug/objects`` and the read-only views of claims, pods, nodes and PodScheduling
 
 They answer from the backend's cache, as JSON. Unknown claims, pods and contexts are 404
 ``{"error": ...}``; a node with no devices is an empty device list (the node may simply have none).
+
+Versions: a claim is answered as resource.k8s.io/v1 whatever version it is stored in
+(``convert.resource_claim_to_v1``), except a classic DRA claim (v1alpha3 ``spec.controller``), shown
+as stored since v1 has no place for its driver; a pod is core/v1 as stored; a PodSchedulingContext is
+the stored v1alpha3 object, the only version the type ever had (there is no v1 to convert to).
 """
 
 from __future__ import annotations

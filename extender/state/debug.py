@@ -13,6 +13,7 @@ from typing import Any
 
 from extender.core.answers import NOT_AVAILABLE, NOT_SYNCED, Unresolvable
 from extender.core.classic import EXCLUDED_BY_CLASS, WAITING_FOR_DRIVER, PendingClassic, may_select, node_problem
+from extender.core.convert import resource_claim_to_v1
 from extender.core.errors import ExtenderError
 from extender.core.explain import explain_node
 from extender.core.model import DeviceID, NodeInfo, PodSchedulingContext, UnparsedVersion
@@ -52,8 +53,16 @@ class DebugViews:
         self.preemption: DevicePreemption | None = None
 
     def claim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        raw = self.store.raw_claims.get(f"{namespace}/{name}")
-        return copy.deepcopy(raw) if raw is not None else None
+        """The claim as resource.k8s.io/v1 JSON, whatever version it is stored in; a classic DRA
+        claim (v1alpha3 ``spec.controller``) as stored, since v1 has no place for its driver."""
+        key = f"{namespace}/{name}"
+        raw = self.store.raw_claims.get(key)
+        if raw is None:
+            return None
+        claim = self.store.claims.get(key)
+        if claim is not None and claim.controller:
+            return copy.deepcopy(raw)
+        return resource_claim_to_v1(raw)
 
     def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         raw = self.store.pods.get(f"{namespace}/{name}")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -400,3 +401,25 @@ async def test_the_console_script(kubeconfig: str) -> None:
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 1
     assert err.decode().splitlines() == ['error: pod "nobody" not found in namespace "default"']
+
+
+# --- the README's commands --------------------------------------------------------------------------
+
+
+def readme_commands() -> list[list[str]]:
+    """The commands of README.md's ``# kubectl-dra: the demo`` block, as argument lists."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("# kubectl-dra: the demo\n", 1)[1].split("```", 1)[0]
+    commands = [shlex.split(line) for line in block.splitlines() if line.strip()]
+    assert commands and all(c[:2] == ["kubectl", "dra"] for c in commands)
+    return [c[2:] for c in commands]
+
+
+async def test_readme_commands_run_against_the_demo(extender: str) -> None:
+    for argv in readme_commands():
+        argv = [extender if a == "http://localhost:8888" else a for a in argv]
+        argv = [str(ROOT / a) if a.startswith("docs/") else a for a in argv]
+        result = await kubectl_dra(*argv)
+        assert result.code == 0, (argv, result.err)
+        assert result.err == ""
+        assert result.out.strip(), argv

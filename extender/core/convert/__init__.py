@@ -22,7 +22,9 @@ Every decoder takes an optional keyword ``api_version`` used when the raw object
 ``decode_pod_scheduling_context`` reads classic DRA's PodSchedulingContext (v1alpha3 only).
 
 Encoding: ``encode_allocation_result`` writes ``status.allocation`` (same shape in every version);
-``encode_node_selector`` a core/v1 NodeSelector.
+``encode_node_selector`` a core/v1 NodeSelector. ``resource_claim_to_v1`` and
+``resource_claim_template_to_v1`` rewrite a raw object of any served version as resource.k8s.io/v1
+JSON (what the debug endpoint answers; what is lossless and what is not: ``_to_v1``).
 """
 
 from ._base import FLAT_VERSIONS, SERVED_VERSIONS, V1, V1ALPHA3, V1BETA1, V1BETA2
@@ -36,6 +38,7 @@ from ._encode import encode_allocation_result, encode_node_selector, encode_tole
 from ._objects import DecodedObject, decode_node, decode_node_selector, decode_object
 from ._scheduling import POD_SCHEDULING_NODE_LIST_MAX_SIZE, decode_pod_scheduling_context
 from ._slices import decode_resource_slice
+from ._to_v1 import resource_claim_template_to_v1, resource_claim_to_v1
 
 __all__ = [
     "FLAT_VERSIONS",
@@ -58,4 +61,6 @@ __all__ = [
     "encode_allocation_result",
     "encode_node_selector",
     "encode_toleration",
+    "resource_claim_template_to_v1",
+    "resource_claim_to_v1",
 ]
