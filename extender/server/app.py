@@ -7,7 +7,8 @@ Nothing happens at import time. Routes (under ``settings.path_prefix``, default 
   ``GET debug/pods/{namespace}/{name}``, ``GET debug/nodes/{node}``,
   ``GET debug/podschedulingcontexts/{namespace}/{name}`` (classic DRA), ``GET debug/why/{namespace}/{name}``,
   ``GET debug/objects``;
-- ``GET healthz``, ``GET readyz`` (503 until the backend synced), ``GET metrics``.
+- ``GET healthz``, ``GET readyz`` (503 until the backend synced), ``GET metrics``;
+- ``GET ui/`` and below: the live device map, its JSON and its events (``server/ui/routes.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from collections.abc import AsyncIterator
 import structlog
 from aiohttp import web
 
-from extender.server import debug, handlers
+from extender.server import debug, handlers, ui
 from extender.server.eventloop import new_event_loop
 from extender.server.keys import FILTER_ANSWERS, METRICS, SERVICE, SETTINGS
 from extender.server.metrics import Metrics
@@ -65,6 +66,7 @@ def create_app(service: SchedulingService, settings: ServerSettings | None = Non
     router.add_get(f"{prefix}healthz", handlers.healthz, name="healthz")
     router.add_get(f"{prefix}readyz", handlers.readyz, name="readyz")
     router.add_get(f"{prefix}metrics", handlers.metrics, name="metrics")
+    ui.add_routes(app, prefix)
     app.cleanup_ctx.append(backend_lifecycle)
     return app
 
