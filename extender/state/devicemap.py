@@ -30,6 +30,7 @@ So after a bind, a page of 50 nodes and the summary cost the nodes whose pools t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -53,6 +54,7 @@ __all__ = [
     "BLOCKING_TAINT_EFFECTS",
     "DEVICE_STATES",
     "EXPLAINED_PODS",
+    "EXPLAIN_SHARE",
     "MAX_PAGE",
     "DeviceMap",
     "Holder",
@@ -76,6 +78,8 @@ BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 MAX_PAGE = 500
 #: Pending pods explained in the list (each explanation is a filter over every node).
 EXPLAINED_PODS = 20
+#: The most of the time explanations are made in (the rest is the scheduler's).
+EXPLAIN_SHARE = 0.2
 #: Label keys left out of the facets: one value per node says nothing a filter needs.
 _UNIQUE_LABELS = frozenset({"kubernetes.io/hostname"})
 #: A label key with more distinct values than this is left out of the facets too.
@@ -85,6 +89,7 @@ _MAX_NOTED = 20_000
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 #: Filtered node lists remembered per revision.
 _FILTER_CACHE_SIZE = 16
+_MISSING: Any = object()
 
 
 class UnknownDeviceClass(ValueError):
@@ -364,6 +369,8 @@ class _NodeRender:
     pools: tuple[tuple[str, str], ...]
     #: Per class name: the class object the mask was made for, and per row whether it selects it.
     class_masks: dict[str, tuple[DeviceClass, tuple[bool, ...]]] = field(default_factory=dict)
+    #: Per device filter (driver, class, namespace): the page JSON it leaves (None: no device).
+    filtered: dict[tuple[str, str, str], dict[str, Any] | None] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)
@@ -389,7 +396,8 @@ class DeviceMap:
 
     ``cluster`` is the service's ``ClusterView``; ``stats`` its counters; ``views`` its debug
     views (for the pending pods' explanations); ``extra_counters`` more counters for the summary
-    (e.g. preemptions), read when it is asked for."""
+    (e.g. preemptions), read when it is asked for; ``explain_share`` the most of the time the
+    pending pods' explanations may take (``pending_explained``)."""
 
     def __init__(
         self,
@@ -399,6 +407,7 @@ class DeviceMap:
         *,
         extra_counters: Callable[[], Mapping[str, int]] | None = None,
         clock: Callable[[], float] = time.time,
+        explain_share: float = EXPLAIN_SHARE,
     ) -> None:
         self.cluster = cluster
         self.store = cluster.store
@@ -441,9 +450,15 @@ class DeviceMap:
         self._remote_states: dict[DeviceID, str] = {}
         self._facets: dict[str, Any] | None = None
         self._pools: tuple[object, list[dict[str, Any]]] | None = None
+        self._pool_index: tuple[dict[tuple[str, str], dict[str, Any]], dict[str, list[dict[str, Any]]]] = ({}, {})
         self._filtered: dict[tuple[int, NodeFilter], list[dict[str, Any]]] = {}
+        self._node_matches: dict[tuple[str, str | None, str], list[str]] = {}
+        # pending pods' explanations: by pod UID, with the data revision they were made at
+        self.explain_share = explain_share
         self._explanations: dict[str, tuple[int, dict[str, Any]]] = {}
-        self._explaining = asyncio.Lock()
+        self._wanted: dict[str, str] = {}  # UID -> pod key, most important first
+        self._explainer: asyncio.Task[None] | None = None
+        self._explained = 0
         self._rebuild_holders()
         self._rebuild_pods()
         self.store.claim_listeners.append(self._noted_change)
@@ -466,12 +481,17 @@ class DeviceMap:
 
     def revision(self) -> int:
         """A number that changes whenever anything the map shows may have changed: the store's
-        revision, the ledger's changes and the bind counters (all only grow). Expired holds are
-        dropped first (``ClusterView.refresh``), so their end is a change too."""
+        revision, the ledger's changes, the bind counters and the explanations made (all only
+        grow). Expired holds are dropped first (``ClusterView.refresh``), so their end is a change
+        too."""
         self.cluster.refresh()
         return self._revision()
 
     def _revision(self) -> int:
+        return self._data_revision() + self._explained
+
+    def _data_revision(self) -> int:
+        """What the cluster's state alone moves (explanations are made of it)."""
         stats = self.stats
         return self.store.revision + self.ledger.changes + stats.binds_ok + sum(stats.binds_failed.values())
 
@@ -637,11 +657,13 @@ class DeviceMap:
                 self._dirty.add(name)
         self._pool_nodes = {}
         for name, render in self._renders.items():
+            render.filtered.clear()  # a class may have changed
             for pool in render.pools:
                 self._pool_nodes.setdefault(pool, set()).add(name)
         self._totals = None
         self._facets = None
         self._filtered.clear()
+        self._node_matches.clear()
 
     # --- rendering ------------------------------------------------------------------------------
 
@@ -855,9 +877,10 @@ class DeviceMap:
             raise UnknownDeviceClass(f"deviceClass {node_filter.device_class!r}: no such DeviceClass")
         revision = self._sync()
         limit = max(0, min(limit, MAX_PAGE))
-        if not node_filter.filters_devices and not node_filter.filters_nodes:
-            total = len(self._names)
-            page = [self._node(name).json for name in self._names[offset : offset + limit]]
+        if not node_filter.filters_devices:  # the nodes are known without rendering them
+            names = self._named(node_filter) if node_filter.filters_nodes else self._names
+            total = len(names)
+            page = [self._node(name).json for name in names[offset : offset + limit]]
         else:
             matching = self._matching(revision, node_filter)
             total = len(matching)
@@ -865,26 +888,41 @@ class DeviceMap:
         return {"revision": revision, "total": total, "offset": offset, "limit": limit, "nodes": page}
 
     def _matching(self, revision: int, node_filter: NodeFilter) -> list[dict[str, Any]]:
+        """The nodes a device filter keeps, as page JSON: remembered for the revision; below that,
+        the nodes a label or name filter keeps are remembered until nodes change, and each node's
+        filtered JSON as long as the node's render stands."""
         key = (revision, node_filter)
         found = self._filtered.get(key)
         if found is not None:
             return found
-        store = self.store
+        names = self._named(node_filter) if node_filter.filters_nodes else self._names
+        devices = (node_filter.driver, node_filter.device_class, node_filter.namespace)
         found = []
-        for name in self._names:
-            if node_filter.filters_nodes and not node_filter.selects_node(name, store.node(name).labels):
-                continue
-            render = self._node(name)
-            if not node_filter.filters_devices:
-                found.append(render.json)
-                continue
-            body = self._filtered_json(render, node_filter)
-            if body is not None:
-                found.append(body)
+        renders, dirty = self._renders, self._dirty
+        for name in names:
+            render = renders.get(name)
+            if render is None or name in dirty:
+                render = self._node(name)
+            cached = render.filtered.get(devices, _MISSING)
+            if cached is _MISSING:
+                cached = render.filtered[devices] = self._filtered_json(render, node_filter)
+            if cached is not None:
+                found.append(cached)
         if len(self._filtered) >= _FILTER_CACHE_SIZE:
             self._filtered.clear()
         self._filtered[key] = found
         return found
+
+    def _named(self, node_filter: NodeFilter) -> list[str]:
+        key = (node_filter.label_key, node_filter.label_value, node_filter.q)
+        names = self._node_matches.get(key)
+        if names is None:
+            node = self.store.node
+            names = [name for name in self._names if node_filter.selects_node(name, node(name).labels)]
+            if len(self._node_matches) >= _FILTER_CACHE_SIZE:
+                self._node_matches.clear()
+            self._node_matches[key] = names
+        return names
 
     def node(self, name: str) -> dict[str, Any] | None:
         """One node with everything about each device, and its pools; None for a node the map does
@@ -911,8 +949,11 @@ class DeviceMap:
                 for h in self._holders_of(row.entry.id)
             ]
             devices.append(detail)
-        own = set(render.pools)
-        pools = [p for p in self._current_pools() if (p["driver"], p["pool"]) in own or p["node"] == name]
+        self._current_pools()
+        by_key, by_node = self._pool_index
+        chosen = {id(p): p for p in by_node.get(name, ())}
+        chosen.update((id(by_key[key]), by_key[key]) for key in render.pools if key in by_key)
+        pools = sorted(chosen.values(), key=lambda p: (p["driver"], p["pool"]))
         return {**render.json, "revision": revision, "devices": devices, "pools": pools}
 
     def pools(self, driver: str = "") -> dict[str, Any]:
@@ -936,6 +977,11 @@ class DeviceMap:
 
         pools = pool_summaries(store.slices.values(), view_of)
         self._pools = (snapshot, pools)
+        by_node: dict[str, list[dict[str, Any]]] = {}
+        for pool in pools:
+            if pool["node"] is not None:
+                by_node.setdefault(pool["node"], []).append(pool)
+        self._pool_index = ({(p["driver"], p["pool"]): p for p in pools}, by_node)
         return pools
 
     def pending(self, namespace: str = "") -> dict[str, Any]:
@@ -969,42 +1015,79 @@ class DeviceMap:
         return body
 
     async def pending_explained(self, namespace: str = "") -> dict[str, Any]:
-        """``pending``, with the first ``EXPLAINED_PODS`` explained by ``extender.state.why`` (each
-        remembered per revision and pod UID; computed letting the event loop run)."""
+        """``pending``, with the first ``EXPLAINED_PODS`` pods' explanations as far as they are
+        known (``extender.state.why``). An explanation is a filter over every node explained node
+        by node: hundreds of milliseconds at thousands of nodes, too much to pay for every refresh
+        of the page. So they are made in the background (``_explain_wanted``), one at a time,
+        letting the event loop run, and for at most ``explain_share`` of the time; each one made
+        moves the revision, which tells the page to fetch the list again. Until a pod's explanation
+        is made afresh for the current state, the last one is shown with ``"stale": true``."""
         answer = self.pending(namespace)
         why = _why_function()
         if why is None:
             return answer
-        async with self._explaining:
-            for body in answer["pods"][:EXPLAINED_PODS]:
-                explanation = await self._explain(why, body["pod"], body["uid"])
-                if explanation is not None:
-                    body.update(explanation)
+        current = self._data_revision()
+        for body in answer["pods"][:EXPLAINED_PODS]:
+            cached = self._explanations.get(body["uid"])
+            if cached is not None:
+                body.update(cached[1])
+                body["stale"] = cached[0] != current
+            if cached is None or cached[0] != current:
+                self._wanted[body["uid"]] = body["pod"]
+        if self._wanted and self._explainer is None:
+            self._explainer = asyncio.create_task(self._explain_wanted(why), name="device map: explain pending pods")
         return answer
 
-    async def _explain(self, why: _Why, key: str, uid: str) -> dict[str, Any] | None:
-        revision = self.revision()
-        cached = self._explanations.get(uid)
-        if cached is not None and cached[0] == revision:
-            return cached[1]
-        pod = self.store.pods.get(key)
-        if pod is None:
-            return None
-        names = self.node_names()
+    async def settled(self) -> None:
+        """Wait until the explanations asked for so far are made (tests, benchmarks)."""
+        while self._explainer is not None:
+            await asyncio.shield(self._explainer)
+
+    async def stop(self) -> None:
+        """Stop making explanations (the app is shutting down)."""
+        task, self._explainer = self._explainer, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _explain_wanted(self, why: _Why) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            found = await cooperative.run(why, self.views, pod, names)
-        except Exception as exc:  # an explanation must not take the list down with it
+            while self._wanted:
+                uid, key = next(iter(self._wanted.items()))
+                del self._wanted[uid]
+                self._sync()
+                current = self._data_revision()
+                cached = self._explanations.get(uid)
+                pod = self.store.pods.get(key)
+                if (cached is not None and cached[0] == current) or pod is None or not is_pending(pod):
+                    continue
+                start = loop.time()
+                explanation = await self._explain(why, key, pod)
+                if len(self._explanations) >= 4 * EXPLAINED_PODS:
+                    keep = {p.uid for p in self._pending_list("")[:EXPLAINED_PODS]}
+                    self._explanations = {k: v for k, v in self._explanations.items() if k in keep}
+                self._explanations[uid] = (current, explanation)
+                self._explained += 1  # a new answer: the page hears of it through the revision
+                took = loop.time() - start
+                if self._wanted and self.explain_share < 1:
+                    await asyncio.sleep(took * (1 - self.explain_share) / self.explain_share)
+        finally:
+            if self._explainer is asyncio.current_task():
+                self._explainer = None
+
+    async def _explain(self, why: _Why, key: str, pod: Mapping[str, Any]) -> dict[str, Any]:
+        try:
+            found = await cooperative.run(why, self.views, pod, self.node_names())
+        except Exception as exc:  # one pod's explanation must not take the others down with it
             log.warning("ui.why_failed", pod=key, error=str(exc), error_class=type(exc).__name__)
             return {"explained": False, "error": f"explanation failed: {exc}"}
-        explanation = {
+        return {
             "explained": True,
             "summary": str(found.get("summary", "")),
             "closest": list(found.get("closest") or []),
         }
-        if len(self._explanations) > 4 * EXPLAINED_PODS:
-            self._explanations.clear()
-        self._explanations[uid] = (revision, explanation)
-        return explanation
 
 
 _Why = Callable[[DebugViews, Mapping[str, Any], Sequence[str]], dict[str, Any]]

@@ -211,10 +211,15 @@ async def test_pools_and_pending(client: Client) -> None:
 
 async def test_pending_pods_are_explained_on_the_demo_cluster(demo: Client) -> None:
     pytest.importorskip("extender.state.why")
+    device_map = demo.app[UI].device_map
+    device_map.explain_share = 1.0
+    first = await get_json(demo, "/ui/api/pending")
+    assert first["pods"], "the demo cluster has pending pods"
+    await device_map.settled()  # explained in the background, each one a new revision
     pending = await get_json(demo, "/ui/api/pending")
-    assert pending["pods"], "the demo cluster has pending pods"
+    assert pending["revision"] == first["revision"] + min(20, len(first["pods"]))
     for pod in pending["pods"][:20]:
-        assert pod["explained"] is True, pod
+        assert pod["explained"] is True and pod["stale"] is False, pod
         assert isinstance(pod["summary"], str) and pod["summary"]
         assert isinstance(pod["closest"], list)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -172,7 +173,9 @@ def test_filters_keep_devices_and_nodes() -> None:
     assert set(shown(NodeFilter(label_key="rack"))) == {"node-a"}
     assert set(shown(NodeFilter(label_key="zone", label_value="z"))) == set()
     assert set(shown(NodeFilter(q="-C"))) == {"node-c"}
-    assert shown(NodeFilter(label_key="zone", label_value="b", device_class="big-gpu")) == {"node-b": ["gpu-0", "gpu-1"]}
+    assert shown(NodeFilter(label_key="zone", label_value="b", device_class="big-gpu")) == {
+        "node-b": ["gpu-0", "gpu-1"]
+    }
     # node filters alone keep a node's every device, and nodes without any
     assert shown(NodeFilter(q="node-d")) == {"node-d": []}
     page = device_map.nodes(NodeFilter(namespace="team-b"))["nodes"][0]
@@ -287,7 +290,9 @@ def test_pending_pods_most_important_first() -> None:
 
 async def test_the_first_pending_pods_are_explained_once_per_revision(monkeypatch: pytest.MonkeyPatch) -> None:
     why = pytest.importorskip("extender.state.why")
-    _, service, device_map = make()
+    backend = EmbeddedBackend.from_paths(CLUSTER)
+    service = SchedulingService(backend=backend)
+    device_map = DeviceMap(service.cluster, service.stats, service.views, explain_share=1.0)
     calls: list[str] = []
     real = why.why
 
@@ -296,25 +301,65 @@ async def test_the_first_pending_pods_are_explained_once_per_revision(monkeypatc
         return real(views, pod, names)
 
     monkeypatch.setattr(why, "why", counted)
+    revision = device_map.revision()
     answer = await device_map.pending_explained()
-    assert all(p["explained"] for p in answer["pods"])
-    assert all(isinstance(p["summary"], str) and p["summary"] for p in answer["pods"])
+    assert not any(p["explained"] for p in answer["pods"])  # made in the background, not in the request
+    await device_map.settled()
     assert sorted(calls) == ["new", "old", "urgent"]
-    await device_map.pending_explained()
-    assert len(calls) == 3  # same revision: remembered
+    assert device_map.revision() == revision + 3  # each explanation made is news for the page
+    answer = await device_map.pending_explained()
+    assert all(p["explained"] and p["stale"] is False for p in answer["pods"])
+    assert all(isinstance(p["summary"], str) and p["summary"] for p in answer["pods"])
+    await device_map.settled()
+    assert len(calls) == 3  # same state: remembered
     in_flight(service, "default/one-gpu", "node-a", "gpu-1")
-    await device_map.pending_explained()
+    answer = await device_map.pending_explained()
+    assert all(p["explained"] and p["stale"] is True for p in answer["pods"])  # the last ones, until remade
+    await device_map.settled()
     assert len(calls) == 6
+    assert all(p["stale"] is False for p in (await device_map.pending_explained())["pods"])
 
 
 async def test_only_the_first_pending_pods_are_explained(monkeypatch: pytest.MonkeyPatch) -> None:
     why = pytest.importorskip("extender.state.why")
     monkeypatch.setattr(devicemap_module, "EXPLAINED_PODS", 2)
-    monkeypatch.setattr(why, "why", lambda views, pod, names: {"summary": "s", "closest": [{"node": "n", "message": "m"}]})
+    monkeypatch.setattr(
+        why, "why", lambda views, pod, names: {"summary": "s", "closest": [{"node": "n", "message": "m"}]}
+    )
     _, _, device_map = make()
+    await device_map.pending_explained()
+    await device_map.settled()
     pods = (await device_map.pending_explained())["pods"]
     assert [p["explained"] for p in pods] == [True, True, False]
     assert pods[0]["closest"] == [{"node": "n", "message": "m"}]
+
+
+async def test_explanations_take_at_most_their_share_of_the_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    why = pytest.importorskip("extender.state.why")
+
+    def slow(views: Any, pod: Any, names: Any) -> dict[str, Any]:
+        time.sleep(0.05)
+        return {"summary": "s", "closest": []}
+
+    monkeypatch.setattr(why, "why", slow)
+    backend = EmbeddedBackend.from_paths(CLUSTER)
+    service = SchedulingService(backend=backend)
+    device_map = DeviceMap(service.cluster, service.stats, service.views, explain_share=0.25)
+    start = time.monotonic()
+    await device_map.pending_explained()
+    await device_map.settled()
+    # three explanations of 50 ms, with 150 ms of rest after each but the last
+    assert time.monotonic() - start >= 0.15 + 2 * 0.15
+    await device_map.stop()
+
+
+async def test_stop_ends_the_explanations(monkeypatch: pytest.MonkeyPatch) -> None:
+    why = pytest.importorskip("extender.state.why")
+    monkeypatch.setattr(why, "why", lambda views, pod, names: {"summary": "s", "closest": []})
+    _, _, device_map = make()
+    await device_map.pending_explained()
+    await device_map.stop()
+    await device_map.settled()  # returns at once: nothing is running
 
 
 # --- incremental upkeep ----------------------------------------------------------------------------

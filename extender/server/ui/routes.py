@@ -90,7 +90,7 @@ def add_routes(app: web.Application, prefix: str) -> None:
     router.add_get(f"{prefix}ui/api/pools", pools, name="ui_pools")
     router.add_get(f"{prefix}ui/api/pending", pending, name="ui_pending")
     router.add_get(f"{prefix}ui/api/events", events, name="ui_events")
-    app.on_shutdown.append(_end_streams)
+    app.on_shutdown.append(_on_shutdown)
 
 
 # --- the page and its files -------------------------------------------------------------------------
@@ -257,7 +257,9 @@ async def events(request: web.Request) -> web.StreamResponse:
     return response
 
 
-async def _end_streams(app: web.Application) -> None:
-    """On shutdown: every open event stream ends now (aiohttp would otherwise wait for it)."""
+async def _on_shutdown(app: web.Application) -> None:
+    """Every open event stream ends now (aiohttp would otherwise wait for it), and so do the
+    pending pods' explanations."""
     for stop in tuple(app[UI].streams):
         stop.set()
+    await app[UI].device_map.stop()
