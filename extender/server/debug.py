@@ -8,6 +8,8 @@ Versions: a claim is answered as resource.k8s.io/v1 whatever version it is store
 (``convert.resource_claim_to_v1``), except a classic DRA claim (v1alpha3 ``spec.controller``), shown
 as stored since v1 has no place for its driver; a pod is core/v1 as stored; a PodSchedulingContext is
 the stored v1alpha3 object, the only version the type ever had (there is no v1 to convert to).
+``debug/objects`` answers its DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates
+as v1 the same way (classic DRA's as stored: ``state.debug.without_v1_form``).
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ async def debug_why(request: web.Request) -> web.Response:
 
 
 async def debug_objects(request: web.Request) -> web.Response:
-    """The raw objects the extender holds, as one ``kind: List`` (``state/listing.py``)."""
+    """The objects the extender holds, as one ``kind: List`` (``state/listing.py``)."""
     return json_response(await held_objects(request.app[SERVICE].backend))
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from extender.core.answers import NOT_AVAILABLE, NOT_SYNCED, Unresolvable
 from extender.core.classic import EXCLUDED_BY_CLASS, WAITING_FOR_DRIVER, PendingClassic, may_select, node_problem
-from extender.core.convert import resource_claim_to_v1
+from extender.core.convert import V1ALPHA3, resource_claim_to_v1
 from extender.core.errors import ExtenderError
 from extender.core.explain import explain_node
 from extender.core.model import DeviceID, NodeInfo, PodSchedulingContext, UnparsedVersion
@@ -29,6 +29,7 @@ __all__ = [
     "CLASSIC_SUITABLE",
     "CLASSIC_UNSUITABLE",
     "DebugViews",
+    "without_v1_form",
 ]
 
 # Per node and pending classic claim, what explain says (``verdict``): the first two fail the node
@@ -38,6 +39,23 @@ CLASSIC_UNSUITABLE = "unsuitable"  # the driver listed the node in unsuitableNod
 CLASSIC_SUITABLE = "suitable"  # the driver was asked about the node and did not list it
 CLASSIC_NOT_ASKED = "not-asked"  # the driver answered, but the node is not among the potentialNodes
 CLASSIC_NOT_ANSWERED = "not-answered"  # the driver has not answered for the claim yet
+
+
+def without_v1_form(kind: str, raw: Mapping[str, Any], *, api_version: str | None = None) -> bool:
+    """Whether a raw object has no faithful resource.k8s.io/v1 form, so that the debug endpoints
+    answer it as stored: classic DRA's v1alpha3 claims and templates with ``spec.controller`` (v1
+    has no place for their driver) and v1alpha3 DeviceClasses with ``spec.suitableNodes`` (where
+    the classic claims of the class may go). ``api_version`` is used when ``raw`` has none."""
+    if (raw.get("apiVersion") or api_version) != V1ALPHA3:
+        return False
+    spec = raw.get("spec")
+    if kind == "ResourceClaimTemplate":
+        spec = spec.get("spec") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict):
+        return False
+    if kind == "DeviceClass":
+        return spec.get("suitableNodes") is not None
+    return kind in ("ResourceClaim", "ResourceClaimTemplate") and bool(spec.get("controller"))
 
 
 class DebugViews:
@@ -55,12 +73,10 @@ class DebugViews:
     def claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The claim as resource.k8s.io/v1 JSON, whatever version it is stored in; a classic DRA
         claim (v1alpha3 ``spec.controller``) as stored, since v1 has no place for its driver."""
-        key = f"{namespace}/{name}"
-        raw = self.store.raw_claims.get(key)
+        raw = self.store.raw_claims.get(f"{namespace}/{name}")
         if raw is None:
             return None
-        claim = self.store.claims.get(key)
-        if claim is not None and claim.controller:
+        if without_v1_form("ResourceClaim", raw):
             return copy.deepcopy(raw)
         return resource_claim_to_v1(raw)
 

@@ -6,20 +6,42 @@ store gives what it keeps: claims, templates and pods raw; nodes as their name a
 extender reads of a Node); DeviceClasses and ResourceSlices through the backend's
 ``list_objects`` when it has one (the kube backend lists them from the API server), else not at
 all, which ``incomplete`` then names.
+
+DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates are answered as
+resource.k8s.io/v1 whatever version they are held in (``extender.core.convert``'s ``*_to_v1``),
+except what has no faithful v1 form (``state.debug.without_v1_form``: classic DRA claims and
+templates, v1alpha3 classes with ``suitableNodes``), which stays as held, as in
+``debug/resourceclaims``; an object no converter accepts also stays as held.
 """
 
 from __future__ import annotations
 
 import copy
 import inspect
+from collections.abc import Callable
 from typing import Any
 
+from extender.core.convert import (
+    device_class_to_v1,
+    resource_claim_template_to_v1,
+    resource_claim_to_v1,
+    resource_slice_to_v1,
+)
+from extender.core.errors import InvalidObject
 from extender.state.backend import Backend
+from extender.state.debug import without_v1_form
 
 __all__ = ["LISTED_KINDS", "held_objects"]
 
 #: The kinds listed, in the order a cluster is best rebuilt from them.
 LISTED_KINDS = ("Node", "DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim", "Pod")
+
+_TO_V1: dict[str, Callable[..., dict[str, Any]]] = {
+    "DeviceClass": device_class_to_v1,
+    "ResourceSlice": resource_slice_to_v1,
+    "ResourceClaimTemplate": resource_claim_template_to_v1,
+    "ResourceClaim": resource_claim_to_v1,
+}
 
 
 async def held_objects(backend: Backend) -> dict[str, Any]:
@@ -34,7 +56,7 @@ async def held_objects(backend: Backend) -> dict[str, Any]:
             listed = lister(kind)
             if inspect.isawaitable(listed):
                 listed = await listed
-            items += [{**obj, "kind": kind} for obj in listed]
+            items += [_answered(kind, {**obj, "kind": kind}) for obj in listed]
             continue
         if kind == "Node":
             items += [
@@ -42,9 +64,9 @@ async def held_objects(backend: Backend) -> dict[str, Any]:
                 for node in store.nodes.values()
             ]
         elif kind == "ResourceClaim":
-            items += [copy.deepcopy(raw) for raw in store.raw_claims.values()]
+            items += [_answered(kind, raw) for raw in store.raw_claims.values()]
         elif kind == "ResourceClaimTemplate":
-            items += [copy.deepcopy(raw) for raw in store.raw_templates.values()]
+            items += [_answered(kind, raw) for raw in store.raw_templates.values()]
         elif kind == "Pod":
             items += [copy.deepcopy(raw) for raw in store.pods.values()]
         else:
@@ -53,3 +75,17 @@ async def held_objects(backend: Backend) -> dict[str, Any]:
     if incomplete:
         out["metadata"]["incomplete"] = incomplete
     return out
+
+
+def _answered(kind: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``raw`` as the list answers it: resource.k8s.io/v1 where it has a v1 form (kinds
+    without a converter are returned as they are, for the caller to copy)."""
+    convert = _TO_V1.get(kind)
+    if convert is None:
+        return raw
+    if not without_v1_form(kind, raw):
+        try:
+            return convert(raw)
+        except InvalidObject:
+            pass  # not a version or shape the converters know: as held
+    return copy.deepcopy(raw)

@@ -3,7 +3,7 @@ loopback HTTP with the real service and the embedded backend of ``fixtures/why-c
 summary in kube-scheduler's words, reasons grouped per class, the closest nodes ranked by what
 they lack, suggestions from the data (the claim and pod holding the devices, the preemption
 victims, a missing DeviceClass, the pod's node selector), a bound pod, an unknown pod (404); and
-``GET debug/objects``."""
+``GET debug/objects`` (resource.k8s.io objects as v1, classic DRA's as held)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from extender.backends.embedded import EmbeddedBackend
+from extender.core.convert import V1
 from extender.server import ServerSettings, create_app
 from extender.state.service import SchedulingService
 from extender.state.why import NODE_SELECTOR_MISMATCH, known_node_names, why
@@ -23,6 +24,7 @@ from extender.state.why import NODE_SELECTOR_MISMATCH, known_node_names, why
 Client = TestClient[Any, Any]
 CLUSTER = Path(__file__).parent / "fixtures" / "why-cluster.yaml"
 DEMO = Path(__file__).parents[2] / "deploy" / "examples" / "demo-cluster.yaml"
+DRA_KINDS = ("DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim")
 
 
 @pytest.fixture
@@ -217,9 +219,40 @@ async def test_objects_list_what_the_extender_holds(client: Client, backend: Emb
         "Pod": 5,
     }
     assert "incomplete" not in listed["metadata"]
+    assert {item["apiVersion"] for item in listed["items"] if item["kind"] in DRA_KINDS} == {V1}
     # the list rebuilds the same cluster
     rebuilt = EmbeddedBackend(listed["items"])
     assert set(rebuilt.store.claims) == set(backend.store.claims)
+
+
+async def test_objects_are_v1_except_classic_dra(aiohttp_client: Callable[..., Awaitable[Client]]) -> None:
+    """The demo's classic DRA objects have no v1 form (a claim's ``spec.controller``, a class's
+    ``suitableNodes``): they are listed as held, everything else of resource.k8s.io as v1, and
+    the list still rebuilds the cluster with both (tests/server/test_debug_claim_v1.py: a v1beta1
+    cluster)."""
+    backend = EmbeddedBackend.from_paths(DEMO)
+    client = await aiohttp_client(create_app(SchedulingService(backend=backend, hold_seconds=0)))
+    response = await client.get("/debug/objects")
+    assert response.status == 200
+    items = orjson.loads(await response.read())["items"]
+    as_held = []
+    for item in items:
+        if item["kind"] in DRA_KINDS and item["apiVersion"] != V1:
+            meta = item["metadata"]
+            as_held.append((item["kind"], meta.get("namespace", ""), meta["name"]))
+            assert item == backend.get(item["kind"], meta.get("namespace", ""), meta["name"])
+    assert sorted(as_held) == [
+        ("DeviceClass", "", "fpga.example.com"),
+        ("ResourceClaim", "default", "fpga"),
+        ("ResourceClaim", "default", "fpga-busy"),
+        ("ResourceClaim", "default", "mixed-fpga"),
+    ]
+    rebuilt = EmbeddedBackend(items).store
+    fpga = "fpga.example.com"
+    assert rebuilt.classes[fpga].suitable_nodes == backend.store.classes[fpga].suitable_nodes is not None
+    assert {key: claim.controller for key, claim in rebuilt.claims.items()} == {
+        key: claim.controller for key, claim in backend.store.claims.items()
+    }
 
 
 async def test_demo_pods_all_have_a_summary(aiohttp_client: Callable[..., Awaitable[Client]]) -> None:

@@ -24,7 +24,8 @@ Every decoder takes an optional keyword ``api_version`` used when the raw object
 Encoding: ``encode_allocation_result`` writes ``status.allocation`` (same shape in every version);
 ``encode_node_selector`` a core/v1 NodeSelector. ``resource_claim_to_v1`` and
 ``resource_claim_template_to_v1`` rewrite a raw object of any served version as resource.k8s.io/v1
-JSON (what the debug endpoint answers; what is lossless and what is not: ``_to_v1``).
+JSON (what the debug endpoint answers; what is lossless and what is not: ``_to_v1``), and so do
+``resource_slice_to_v1`` and ``device_class_to_v1`` (``_to_v1_slices``).
 """
 
 from ._base import FLAT_VERSIONS, SERVED_VERSIONS, V1, V1ALPHA3, V1BETA1, V1BETA2
@@ -39,6 +40,7 @@ from ._objects import DecodedObject, decode_node, decode_node_selector, decode_o
 from ._scheduling import POD_SCHEDULING_NODE_LIST_MAX_SIZE, decode_pod_scheduling_context
 from ._slices import decode_resource_slice
 from ._to_v1 import resource_claim_template_to_v1, resource_claim_to_v1
+from ._to_v1_slices import device_class_to_v1, resource_slice_to_v1
 
 __all__ = [
     "FLAT_VERSIONS",
@@ -58,9 +60,11 @@ __all__ = [
     "decode_resource_claim",
     "decode_resource_claim_template",
     "decode_resource_slice",
+    "device_class_to_v1",
     "encode_allocation_result",
     "encode_node_selector",
     "encode_toleration",
     "resource_claim_template_to_v1",
     "resource_claim_to_v1",
+    "resource_slice_to_v1",
 ]
