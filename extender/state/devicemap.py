@@ -450,6 +450,7 @@ class DeviceMap:
         self._remote_states: dict[DeviceID, str] = {}
         self._facets: dict[str, Any] | None = None
         self._pools: tuple[object, list[dict[str, Any]]] | None = None
+        self._pools_by_driver: tuple[object, dict[str, list[dict[str, Any]]]] = (None, {})
         self._pool_index: tuple[dict[tuple[str, str], dict[str, Any]], dict[str, list[dict[str, Any]]]] = ({}, {})
         self._filtered: dict[tuple[int, NodeFilter], list[dict[str, Any]]] = {}
         self._node_matches: dict[tuple[str, str | None, str], list[str]] = {}
@@ -957,10 +958,18 @@ class DeviceMap:
         return {**render.json, "revision": revision, "devices": devices, "pools": pools}
 
     def pools(self, driver: str = "") -> dict[str, Any]:
+        """Every pool with its status (``pool_summaries``), or those of one driver. The list is the
+        same object as long as the slices stay the same (the server keeps its encoding)."""
         revision = self._sync()
         pools = self._current_pools()
         if driver:
-            pools = [p for p in pools if p["driver"] == driver]
+            by_driver = self._pools_by_driver
+            if by_driver[0] is not pools:
+                by_driver = self._pools_by_driver = (pools, {})
+            chosen = by_driver[1].get(driver)
+            if chosen is None:
+                chosen = by_driver[1][driver] = [p for p in pools if p["driver"] == driver]
+            pools = chosen
         return {"revision": revision, "pools": pools}
 
     def _current_pools(self) -> list[dict[str, Any]]:

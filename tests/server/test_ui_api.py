@@ -20,6 +20,7 @@ from yarl import URL
 
 from extender.backends.embedded import EmbeddedBackend
 from extender.server import ServerSettings, create_app
+from extender.server.keys import SERVICE
 from extender.server.ui import UI
 from extender.server.ui.routes import STATIC_DIR
 from extender.state.service import SchedulingService
@@ -204,6 +205,25 @@ async def test_pools_and_pending(client: Client) -> None:
         "node-c": "complete",
         "node-d": "incomplete",
     }
+    again = await get_json(client, f"{PREFIX}ui/api/pools?driver=gpu.example.com")
+    assert again == pools  # encoded once, answered the same
+    backend = client.app[SERVICE].backend
+    backend.apply(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "node-d-gpus-2-of-2"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "nodeName": "node-d",
+                "pool": {"name": "node-d", "generation": 1, "resourceSliceCount": 2},
+                "devices": [{"name": "gpu-1"}],
+            },
+        }
+    )
+    changed = await get_json(client, f"{PREFIX}ui/api/pools?driver=gpu.example.com")
+    assert changed["revision"] > pools["revision"]
+    assert {p["pool"]: p["status"] for p in changed["pools"]}["node-d"] == "complete"
     pending = await get_json(client, f"{PREFIX}ui/api/pending")
     assert [p["pod"] for p in pending["pods"]] == ["default/urgent", "default/old", "default/new"]
     assert (await get_json(client, f"{PREFIX}ui/api/pending?namespace=team-b"))["pods"] == []

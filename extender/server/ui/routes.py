@@ -28,7 +28,7 @@ import structlog
 from aiohttp import web
 
 from extender.server.keys import SERVICE
-from extender.server.middleware import json_error, json_response
+from extender.server.middleware import json_body_response, json_error, json_response
 from extender.server.wire import BadRequest
 from extender.state.devicemap import MAX_PAGE, DeviceMap, NodeFilter, UnknownDeviceClass
 
@@ -67,6 +67,8 @@ class UiState:
     tick_seconds: float = 0.25
     keepalive_seconds: float = 15.0
     streams: set[asyncio.Event] = field(default_factory=set)
+    #: The pools' JSON per list object of the map (kept with the object, so its id stays its own).
+    encoded_pools: dict[int, tuple[object, bytes]] = field(default_factory=dict)
 
 
 UI = web.AppKey("ui", UiState)
@@ -203,7 +205,18 @@ async def node(request: web.Request) -> web.Response:
 
 
 async def pools(request: web.Request) -> web.Response:
-    return json_response(_map(request).pools(_text(request, "driver")))
+    """The pools change seldom and are many (over a megabyte of JSON at 5000 nodes): their list is
+    encoded once per list object the map gives (a new one when the slices change)."""
+    state = request.app[UI]
+    answer = state.device_map.pools(_text(request, "driver"))
+    listed = answer["pools"]
+    cached = state.encoded_pools.get(id(listed))
+    if cached is None or cached[0] is not listed:
+        if len(state.encoded_pools) >= 8:
+            state.encoded_pools.clear()
+        cached = state.encoded_pools[id(listed)] = (listed, orjson.dumps(listed))
+    body = b'{"revision":' + str(answer["revision"]).encode() + b',"pools":' + cached[1] + b"}"
+    return json_body_response(body)
 
 
 async def pending(request: web.Request) -> web.Response:
