@@ -4,8 +4,8 @@
 object as it came (the embedded one: ``list_objects(kind)``) gives them whole. Otherwise the
 store gives what it keeps: claims, templates and pods raw; nodes as their name and labels (all the
 extender reads of a Node); DeviceClasses and ResourceSlices through the backend's
-``list_objects`` when it has one (the kube backend lists them from the API server), else not at
-all, which ``incomplete`` then names.
+``list_objects`` when it has one, else not at all (the kube backend today: it keeps them decoded
+only), which ``incomplete`` then names.
 
 DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates are answered as
 resource.k8s.io/v1 whatever version they are held in (``extender.core.convert``'s ``*_to_v1``),
