@@ -4,8 +4,9 @@
 object as it came (the embedded one: ``list_objects(kind)``) gives them whole. Otherwise the
 store gives what it keeps: claims, templates and pods raw; nodes as their name and labels (all the
 extender reads of a Node); DeviceClasses and ResourceSlices through the backend's
-``list_objects`` when it has one, else not at all (the kube backend today: it keeps them decoded
-only), which ``incomplete`` then names.
+``list_objects`` (the kube backend asks the API server for them with one LIST each; its
+``list_objects`` answers None for the kinds it leaves to the store), else not at all, which
+``incomplete`` then names.
 
 DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates are answered as
 resource.k8s.io/v1 whatever version they are held in (``extender.core.convert``'s ``*_to_v1``),
@@ -56,8 +57,9 @@ async def held_objects(backend: Backend) -> dict[str, Any]:
             listed = lister(kind)
             if inspect.isawaitable(listed):
                 listed = await listed
-            items += [_answered(kind, {**obj, "kind": kind}) for obj in listed]
-            continue
+            if listed is not None:  # None: the backend leaves the kind to the store
+                items += [_answered(kind, {**obj, "kind": kind}) for obj in listed]
+                continue
         if kind == "Node":
             items += [
                 {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": dict(node.labels)}}

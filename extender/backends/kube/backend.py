@@ -49,7 +49,7 @@ from .errors import AccessDenied, ApiStatusError, KubeStartupError
 from .events import EventRecorder, EventSettings
 from .feeder import StoreFeeder
 from .leader import LeaseSettings, LeaseWatcher
-from .reflector import Reflector, Resource, WatchSettings
+from .reflector import Reflector, Resource, WatchSettings, list_pages
 from .requeue import RejectedPod, RejectedPods, Requeuer, RequeueSettings
 
 __all__ = ["KubeBackend", "KubeSettings"]
@@ -453,6 +453,21 @@ class KubeBackend:
             if not isinstance(exc, NotLeader):  # a replica that may not write records no Event either
                 self.pod_event(namespace, name, uid, kind="Warning", reason="FailedBinding", message=exc.reason)
             raise
+
+    # --- debug ----------------------------------------------------------------------------------
+
+    #: Kinds the store keeps decoded only: ``list_objects`` asks the API server for them.
+    LISTED_FROM_SERVER = ("DeviceClass", "ResourceSlice")
+
+    async def list_objects(self, kind: str) -> list[dict[str, Any]] | None:
+        """The raw objects of ``kind`` for ``GET debug/objects``: DeviceClasses and ResourceSlices by one
+        paged LIST at the served version (the store keeps them decoded only; a debug request is rare
+        enough for a LIST), None for the kinds the store keeps raw (``state/listing.py`` reads those)."""
+        if kind not in self.LISTED_FROM_SERVER:
+            return None
+        resource = next(r for r in self._resources() if r.kind == kind)
+        items, _ = await list_pages(self._api(), resource, page_size=self.settings.watch.page_size)
+        return items
 
     # --- classic DRA ----------------------------------------------------------------------------
 

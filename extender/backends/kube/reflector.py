@@ -112,6 +112,31 @@ class Resource:
         return f"{self.plural}.{group}" if group else self.plural
 
 
+async def list_pages(
+    client: KubeClient, resource: Resource, *, page_size: int = 500
+) -> tuple[list[dict[str, Any]], str]:
+    """Every object of ``resource`` by a paged LIST (``limit`` + ``continue``), each with the
+    ``apiVersion`` and ``kind`` LIST items lack, and the list's resourceVersion."""
+    items: list[dict[str, Any]] = []
+    token = ""
+    while True:
+        params = {"limit": str(page_size)}
+        if token:
+            params["continue"] = token
+        if resource.field_selector:
+            params["fieldSelector"] = resource.field_selector
+        page = await client.request("GET", resource.path, params=params, verb="list", resource=resource.name)
+        for item in page.get("items") or ():
+            # LIST items carry no kind/apiVersion; the store and the writers need them.
+            item.setdefault("apiVersion", resource.api_version)
+            item.setdefault("kind", resource.kind)
+            items.append(item)
+        meta = page.get("metadata") or {}
+        token = meta.get("continue") or ""
+        if not token:
+            return items, str(meta.get("resourceVersion") or "")
+
+
 class Sink(Protocol):
     """Where a reflector delivers objects (the backend's store feeder)."""
 
@@ -263,26 +288,7 @@ class Reflector:
         return version
 
     async def _list_pages(self) -> tuple[list[dict[str, Any]], str]:
-        items: list[dict[str, Any]] = []
-        token = ""
-        while True:
-            params = {"limit": str(self.settings.page_size)}
-            if token:
-                params["continue"] = token
-            if self.resource.field_selector:
-                params["fieldSelector"] = self.resource.field_selector
-            page = await self.client.request(
-                "GET", self.resource.path, params=params, verb="list", resource=self.resource.name
-            )
-            for item in page.get("items") or ():
-                # LIST items carry no kind/apiVersion; the store and the writers need them.
-                item.setdefault("apiVersion", self.resource.api_version)
-                item.setdefault("kind", self.resource.kind)
-                items.append(item)
-            meta = page.get("metadata") or {}
-            token = meta.get("continue") or ""
-            if not token:
-                return items, str(meta.get("resourceVersion") or "")
+        return await list_pages(self.client, self.resource, page_size=self.settings.page_size)
 
     # --- WATCH ----------------------------------------------------------------------------------
 
