@@ -77,8 +77,13 @@ async def debug_why(request: web.Request) -> web.Response:
 
 
 async def debug_objects(request: web.Request) -> web.Response:
-    """The objects the extender holds, as one ``kind: List`` (``state/listing.py``)."""
-    return json_response(await held_objects(request.app[SERVICE].backend))
+    """The objects the extender holds, as one ``kind: List`` (``state/listing.py``). The kube backend
+    lists classes and slices from the API server for it: a failure there is a 503 naming it."""
+    try:
+        listed = await held_objects(request.app[SERVICE].backend)
+    except ExtenderError as exc:
+        return json_error(503, f"cannot list the objects: {exc}")
+    return json_response(listed)
 
 
 async def debug_claim(request: web.Request) -> web.Response:

@@ -4,7 +4,11 @@ and pods come from the store. Everything resource.k8s.io is answered as v1."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from extender.server.app import create_app
 from extender.state.listing import held_objects
+from extender.state.service import SchedulingService
 from tests import manifests as m
 from tests.backends.kube.test_backend import started
 from tests.fakes import FakeApiServer
@@ -25,5 +29,19 @@ async def test_classes_and_slices_are_listed_from_the_api_server(fake: FakeApiSe
         for item in listed["items"]:
             if item["kind"] in ("DeviceClass", "ResourceSlice", "ResourceClaim"):
                 assert item["apiVersion"] == "resource.k8s.io/v1"
+    finally:
+        await backend.stop()
+
+
+async def test_a_failed_list_is_a_503_naming_it(fake: FakeApiServer, aiohttp_client: Any) -> None:
+    backend = await started(fake, *m.cluster())
+    try:
+        client = await aiohttp_client(create_app(SchedulingService(backend=backend)))
+        fake.fail("GET", "/resourceslices", status=403, times=1, watch=False)
+        response = await client.get("/debug/objects")
+        assert response.status == 503
+        assert "cannot list the objects" in (await response.json())["error"]
+        response = await client.get("/debug/objects")  # the next one works
+        assert response.status == 200
     finally:
         await backend.stop()
