@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -58,10 +59,11 @@ _NO_CACHE = {"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
 
 @dataclass(slots=True, eq=False)
 class UiState:
-    """What the device map's handlers share: the read model, the open event streams (each one's
-    stop signal), and the stream's timing (tests shorten it)."""
+    """What the device map's handlers share: the read model (made at its first use, from the
+    store as it is then: an app whose map is never asked for pays nothing), the open event streams
+    (each one's stop signal), and the stream's timing (tests shorten it)."""
 
-    device_map: DeviceMap
+    make_map: Callable[[], DeviceMap]
     static_dir: Path = STATIC_DIR
     #: How often a stream looks at the revision: also the least time between two events.
     tick_seconds: float = 0.25
@@ -69,6 +71,13 @@ class UiState:
     streams: set[asyncio.Event] = field(default_factory=set)
     #: The pools' JSON per list object of the map (kept with the object, so its id stays its own).
     encoded_pools: dict[int, tuple[object, bytes]] = field(default_factory=dict)
+    made: DeviceMap | None = None
+
+    @property
+    def device_map(self) -> DeviceMap:
+        if self.made is None:
+            self.made = self.make_map()
+        return self.made
 
 
 UI = web.AppKey("ui", UiState)
@@ -81,7 +90,7 @@ def add_routes(app: web.Application, prefix: str) -> None:
     def preemptions() -> dict[str, int]:
         return {"preemptions": service.preemption.stats.preemptions.get("started", 0)}
 
-    app[UI] = UiState(DeviceMap(service.cluster, service.stats, service.views, extra_counters=preemptions))
+    app[UI] = UiState(lambda: DeviceMap(service.cluster, service.stats, service.views, extra_counters=preemptions))
     router = app.router
     router.add_get(f"{prefix}ui", redirect_to_page, name="ui_redirect")
     router.add_get(f"{prefix}ui/", page, name="ui_page")
@@ -273,6 +282,8 @@ async def events(request: web.Request) -> web.StreamResponse:
 async def _on_shutdown(app: web.Application) -> None:
     """Every open event stream ends now (aiohttp would otherwise wait for it), and so do the
     pending pods' explanations."""
-    for stop in tuple(app[UI].streams):
+    state = app[UI]
+    for stop in tuple(state.streams):
         stop.set()
-    await app[UI].device_map.stop()
+    if state.made is not None:
+        await state.made.stop()
