@@ -1,0 +1,77 @@
+"""The device map follows the cluster live: a bind made over HTTP (filter, then bind, as the README shows)
+turns the claim's devices to allocated on an open page without a reload, over the event stream, and
+also when the page has to fall back to polling because the event stream is refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playwright.sync_api import expect
+
+from tests.ui.conftest import Console, Server, open_map
+
+ALL_NODES = ["node-1", "node-2", "node-3", "node-4"]
+
+
+def schedule(demo: Server, name: str, uid: str, claim: tuple[str, str], node: str) -> None:
+    """What kube-scheduler does for a pending pod: filter over all nodes, then bind to ``node``."""
+    pod = {
+        "metadata": {"name": name, "namespace": "default", "uid": uid},
+        "spec": {"resourceClaims": [{"name": claim[0], "resourceClaimName": claim[1]}]},
+    }
+    answer = demo.post("filter", {"Pod": pod, "NodeNames": ALL_NODES})
+    assert node in answer["NodeNames"], answer
+    assert demo.post("bind", {"PodName": name, "PodNamespace": "default", "PodUID": uid, "Node": node}) == {"Error": ""}
+
+
+def devices_of_claim(demo: Server, claim: str) -> dict[str, str]:
+    nodes = demo.get("ui/api/nodes?limit=500")["nodes"]
+    return {d["id"]: d["state"] for n in nodes for d in n["devices"] if claim in d["claims"]}
+
+
+def mark_no_reload(page: Any) -> None:
+    page.evaluate("window.__sameDocument = true")
+
+
+def assert_not_reloaded(page: Any) -> None:
+    assert page.evaluate("window.__sameDocument === true"), "the page was reloaded"
+
+
+def test_a_bind_appears_on_the_map_without_a_reload(page: Any, demo: Server) -> None:
+    open_map(page, demo.ui)
+    expect(page.locator("#live")).to_have_attribute("data-mode", "live")
+    mark_no_reload(page)
+    assert devices_of_claim(demo, "default/two-gpus") == {}
+    binds = int(page.get_attribute("#count-binds", "data-value") or 0)
+    expect(page.locator("#pending li[data-pod='default/two-gpu-pod']")).to_have_count(1)
+
+    schedule(demo, "two-gpu-pod", "7f000000-0000-4000-8000-000000000002", ("gpus", "two-gpus"), "node-2")
+
+    allocated = devices_of_claim(demo, "default/two-gpus")
+    assert len(allocated) == 2 and set(allocated.values()) == {"allocated"}, allocated
+    for device_id in allocated:
+        cell = page.locator(f"#nodes .cell[data-device-id='{device_id}']")
+        expect(cell).to_have_attribute("data-state", "allocated")
+        assert "default/two-gpus" in (cell.get_attribute("aria-label") or "")
+    expect(page.locator("#count-binds")).to_have_attribute("data-value", str(binds + 1))
+    expect(page.locator("#pending li[data-pod='default/two-gpu-pod']")).to_have_count(0)
+    assert_not_reloaded(page)
+
+
+def test_polling_takes_over_when_the_event_stream_fails(page: Any, demo: Server, console: Console) -> None:
+    page.route("**/ui/api/events", lambda route: route.fulfill(status=503, body="no streams here"))
+    console.allowed.append("503")  # Chromium logs the refused stream as a failed resource load
+    open_map(page, demo.ui)
+    expect(page.locator("#live")).to_have_attribute("data-mode", "polling")
+    mark_no_reload(page)
+    before = devices_of_claim(demo, "default/small-slice")
+    assert before == {}
+
+    schedule(demo, "small-slice-pod", "7f000000-0000-4000-8000-000000000006", ("slice", "small-slice"), "node-4")
+
+    allocated = devices_of_claim(demo, "default/small-slice")
+    assert len(allocated) == 1, allocated
+    (device_id,) = allocated
+    # polled every 2 s: well within the default timeout
+    expect(page.locator(f"#nodes .cell[data-device-id='{device_id}']")).to_have_attribute("data-state", "allocated")
+    assert_not_reloaded(page)
