@@ -6,9 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from playwright.sync_api import expect
+import pytest
 
 from tests.ui.conftest import Console, Server, open_map
+
+#: Without Playwright the module is skipped with this reason (pytest -rs prints it), never passed.
+expect = pytest.importorskip(
+    "playwright.sync_api", reason="browser tests need playwright: pip install -e '.[dev]'"
+).expect
 
 ALL_NODES = ["node-1", "node-2", "node-3", "node-4"]
 

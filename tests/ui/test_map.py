@@ -7,9 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from playwright.sync_api import expect
+import pytest
 
 from tests.ui.conftest import DASH, Server, change_and_wait, open_map, wait_rendered
+
+#: Without Playwright the module is skipped with this reason (pytest -rs prints it), never passed.
+expect = pytest.importorskip(
+    "playwright.sync_api", reason="browser tests need playwright: pip install -e '.[dev]'"
+).expect
 
 
 def api_devices(demo: Server, query: str = "") -> dict[str, dict[str, Any]]:

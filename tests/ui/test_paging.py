@@ -8,10 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import expect
 
 from bench import cluster_gen
 from tests.ui.conftest import DASH, Server, change_and_wait, open_map, serve
+
+#: Without Playwright the module is skipped with this reason (pytest -rs prints it), never passed.
+expect = pytest.importorskip(
+    "playwright.sync_api", reason="browser tests need playwright: pip install -e '.[dev]'"
+).expect
 
 NODES = 120
 
