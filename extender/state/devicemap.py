@@ -429,6 +429,8 @@ class DeviceMap:
         self._claim_devices: dict[str, tuple[DeviceID, ...]] = {}
         self._claim_namespaces: dict[str, int] = {}
         self._flight: dict[DeviceID, list[Holder]] = {}
+        #: Claims last seen unreadable: the store holds devices for them that the map cannot name.
+        self._unreadable: set[str] = set()
         # pods
         self._pending: dict[str, _Pending] = {}
         self._pending_sorted: list[_Pending] | None = None
@@ -529,6 +531,7 @@ class DeviceMap:
 
     def _rebuild_holders(self) -> None:
         self._holders, self._claim_devices, self._claim_namespaces = {}, {}, {}
+        self._unreadable = set(self.store.invalid_claims)
         for key in self.store.claims:
             self._claim_changed(key)
 
@@ -560,8 +563,14 @@ class DeviceMap:
                     devices.append(device)
                     touched.add(device)
             self._claim_devices[key] = tuple(devices)
+        # What an unreadable claim holds is not known here: redraw everything when one starts or
+        # stops being unreadable (deleted, or readable again) as well.
         if key in self.store.invalid_claims:
-            self._dirty.update(self._renders)  # what it holds is not known here: redraw everything
+            self._unreadable.add(key)
+            self._dirty.update(self._renders)
+        elif key in self._unreadable:
+            self._unreadable.discard(key)
+            self._dirty.update(self._renders)
         self._touched(touched)
 
     @staticmethod

@@ -463,3 +463,26 @@ def test_a_change_re_renders_only_the_nodes_it_concerns(monkeypatch: pytest.Monk
     device_map.nodes()
     device_map.summary()
     assert rendered == ["node-b", "node-c"]
+
+
+@pytest.mark.parametrize("then", ["deleted", "readable again, elsewhere"])
+def test_the_devices_of_a_claim_that_was_unreadable_are_redrawn_when_it_ends(then: str) -> None:
+    """An unreadable claim's devices stay in use (the store keeps what it held); its deletion, or a
+    readable version holding other devices, frees them, and the map must redraw them then too."""
+    backend, service, device_map = make()
+    raw = copy.deepcopy(backend.get("ResourceClaim", "team-a", "train"))
+    assert raw is not None
+    assert states(device_map, "node-a")["gpu-0"] == "allocated"
+    unreadable = copy.deepcopy(raw)
+    unreadable["spec"] = {"devices": {"requests": "not a list"}}
+    service.store.mark_claim_invalid("team-a/train", unreadable, "spec.devices.requests: not a list")
+    assert states(device_map, "node-a")["gpu-0"] == "allocated"
+    device_map.summary()
+    if then == "deleted":
+        service.store.delete("ResourceClaim", "team-a", "train")
+    else:
+        raw["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu-1"
+        service.store.upsert(raw)
+    assert states(device_map, "node-a")["gpu-0"] == "free"
+    fresh = DeviceMap(service.cluster, service.stats, service.views, clock=lambda: 1_893_457_000.0)
+    assert _answers(device_map) == _answers(fresh)
