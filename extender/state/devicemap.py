@@ -396,8 +396,8 @@ class DeviceMap:
 
     ``cluster`` is the service's ``ClusterView``; ``stats`` its counters; ``views`` its debug
     views (for the pending pods' explanations); ``extra_counters`` more counters for the summary
-    (e.g. preemptions), read when it is asked for; ``explain_share`` the most of the time the
-    pending pods' explanations may take (``pending_explained``)."""
+    (e.g. preemptions; each only grows: their sum is part of the revision); ``explain_share`` the
+    most of the time the pending pods' explanations may take (``pending_explained``)."""
 
     def __init__(
         self,
@@ -417,6 +417,8 @@ class DeviceMap:
         self.views = views
         self._extra_counters = extra_counters
         self._clock = clock
+        self._synced = cluster.backend.synced
+        self._synced_changes = 0
         # what the listeners noted since the last read
         self._noted_claims: set[str] = set()
         self._noted_pods: set[str] = set()
@@ -494,9 +496,22 @@ class DeviceMap:
         return self._data_revision() + self._explained
 
     def _data_revision(self) -> int:
-        """What the cluster's state alone moves (explanations are made of it)."""
+        """What the cluster's state alone moves (explanations are made of it): also the backend's
+        sync state (it can change with nothing in the store: a last kind listed empty, a watch
+        failing for good) and the extra counters (which only grow), as the summary shows both."""
         stats = self.stats
-        return self.store.revision + self.ledger.changes + stats.binds_ok + sum(stats.binds_failed.values())
+        synced = self.cluster.backend.synced
+        if synced != self._synced:
+            self._synced, self._synced_changes = synced, self._synced_changes + 1
+        extra = sum(self._extra_counters().values()) if self._extra_counters is not None else 0
+        return (
+            self.store.revision
+            + self.ledger.changes
+            + stats.binds_ok
+            + sum(stats.binds_failed.values())
+            + self._synced_changes
+            + extra
+        )
 
     def _sync(self) -> int:
         """Apply what changed since the last read; returns the revision the answer is of."""

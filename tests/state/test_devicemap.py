@@ -486,3 +486,21 @@ def test_the_devices_of_a_claim_that_was_unreadable_are_redrawn_when_it_ends(the
     assert states(device_map, "node-a")["gpu-0"] == "free"
     fresh = DeviceMap(service.cluster, service.stats, service.views, clock=lambda: 1_893_457_000.0)
     assert _answers(device_map) == _answers(fresh)
+
+
+def test_the_revision_moves_with_everything_the_summary_shows() -> None:
+    """Equal revisions must mean equal answers: the backend's sync state (a last kind listed empty,
+    or a watch failing for good, changes nothing in the store) and the extra counters move it too."""
+    backend, service, _ = make()
+    extra = {"preemptions": 0}
+    device_map = DeviceMap(service.cluster, service.stats, service.views, extra_counters=lambda: dict(extra))
+    seen = {device_map.revision(): device_map.summary()}
+    for change in ("unsynced", "preempted", "synced"):
+        if change == "preempted":
+            extra["preemptions"] += 1
+        else:
+            backend._synced = change == "synced"
+        summary = device_map.summary()
+        assert summary["revision"] not in seen, change
+        assert device_map.revision() == summary["revision"]
+        seen[summary["revision"]] = summary
