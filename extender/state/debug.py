@@ -8,6 +8,7 @@ runs the filter without holds, which also publishes no ``potentialNodes`` of cla
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,7 @@ from extender.core.convert import V1ALPHA3, resource_claim_to_v1
 from extender.core.errors import ExtenderError
 from extender.core.explain import explain_node
 from extender.core.model import DeviceID, NodeInfo, PodSchedulingContext, UnparsedVersion
+from extender.state import cooperative
 from extender.state.claims import PodClaims, pod_identity
 from extender.state.cluster import ClusterView
 from extender.state.preemption import DevicePreemption
@@ -148,7 +150,13 @@ class DebugViews:
         allocator = self.cluster.allocator(claims)
         outcome = self._filter(pod, node_names)  # hold=False: no holds, no potentialNodes published
         out["error"] = outcome.error
+        # Explained node by node, no search budget sees this loop: it lets the event loop run
+        # itself (under ``cooperative.run``) every slice of work, as a search does.
+        slice_ends = time.perf_counter() + self.cluster.slice_seconds
         for node_name in node_names:
+            if time.perf_counter() >= slice_ends:
+                cooperative.slice_ended()
+                slice_ends = time.perf_counter() + self.cluster.slice_seconds
             node = self.store.node(node_name)
             explanation = explain_node(
                 claims.to_allocate,

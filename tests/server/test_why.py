@@ -266,3 +266,34 @@ async def test_demo_pods_all_have_a_summary(aiohttp_client: Callable[..., Awaita
         assert doc["summary"], key
         if doc["bound"] is None and not doc["error"]:
             assert doc["summary"].startswith(f"{doc['fits']['count']}/4 nodes are available")
+
+
+async def test_why_lets_the_event_loop_run_between_nodes(backend: EmbeddedBackend) -> None:
+    """Explaining is a filter and then an explanation per node (hundreds of milliseconds at
+    thousands of nodes, seconds when cold): ``why_cooperatively`` (debug/why, the device map's
+    background explanations) must let others run between nodes once a slice of work is over, not
+    only inside a search that backtracks. Here every node is past its slice."""
+    import asyncio
+
+    service = SchedulingService(backend=backend, hold_seconds=0)
+    service.cluster.slice_seconds = 0.0
+    turns = 0
+    done = False
+
+    async def other_requests() -> None:
+        nonlocal turns
+        while not done:
+            await asyncio.sleep(0)
+            turns += 1
+
+    pod = service.debug_pod("default", "big-job")
+    assert pod is not None
+    expected = why(service.views, pod, known_node_names(service.store))
+    task = asyncio.create_task(other_requests())
+    await asyncio.sleep(0)
+    turns = 0
+    answer = await service.why_cooperatively(pod)
+    done = True
+    await task
+    assert answer == expected
+    assert turns >= len(known_node_names(service.store)) - 1
