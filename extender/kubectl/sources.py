@@ -12,6 +12,7 @@ Every failure is a ``SourceError`` with one line that says what to fix.
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Mapping
 from typing import Any
@@ -46,7 +47,7 @@ async def cluster_objects(
 ) -> list[dict[str, Any]]:
     """Every object of the listed kinds, each with its ``kind`` and ``apiVersion``."""
     try:
-        config = await load_cluster_config(kubeconfig, context=context)
+        config = await load_cluster_config(kubeconfig, context=context, in_cluster=_in_cluster(kubeconfig, context))
     except Exception as exc:  # the library's ConfigException, a missing file, bad YAML, ...
         where = kubeconfig or "the default kubeconfig"
         raise SourceError(f"cannot load {where}: {_one_line(exc)}") from exc
@@ -113,6 +114,16 @@ class ExtenderClient:
             message = body.get("error") if isinstance(body, dict) else None
             raise SourceError(message or f"GET {self.base}{path.lstrip('/')}: HTTP {status}")
         return body
+
+
+def _in_cluster(kubeconfig: str | None, context: str | None) -> bool:
+    """kubectl's rule: the pod's service account only when no kubeconfig is given or found (no
+    ``--kubeconfig``, no ``--context``, no ``$KUBECONFIG``, no ``~/.kube/config``) in a pod."""
+    if kubeconfig or context or os.environ.get("KUBECONFIG"):
+        return False
+    if os.path.exists(os.path.expanduser("~/.kube/config")):
+        return False
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
 
 
 def _one_line(exc: BaseException) -> str:

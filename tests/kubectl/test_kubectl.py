@@ -423,3 +423,43 @@ async def test_readme_commands_run_against_the_demo(extender: str) -> None:
         assert result.code == 0, (argv, result.err)
         assert result.err == ""
         assert result.out.strip(), argv
+
+
+# --- finding the kubeconfig as kubectl does -------------------------------------------------------
+
+
+def _dead_kubeconfig(path: Path) -> str:
+    """A kubeconfig whose current context is ``dead`` (nothing listens there)."""
+    text = kubeconfig_text("http://127.0.0.1:9").replace("fake", "dead")
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+async def test_kubeconfig_of_several_files_and_a_context(
+    kubeconfig: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``$KUBECONFIG`` may list several files (merged, the first current-context wins) and
+    ``--context`` picks a context of any of them, as kubectl does."""
+    dead = _dead_kubeconfig(tmp_path / "dead")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", f"{dead}:{tmp_path / 'absent'}:{kubeconfig}")
+    result = await kubectl_dra("devices", "--context", "fake")
+    assert result.code == 0, result.err
+    assert "node-a" in result.out
+    assert_one_line_error(await kubectl_dra("devices"), "127.0.0.1:9")
+
+
+async def test_in_a_pod_an_explicit_kubeconfig_or_context_wins(
+    kubeconfig: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kubectl uses the pod's service account only when no kubeconfig is given or found: with
+    ``$KUBECONFIG`` set (or ``--context``), the kubeconfig is read, not the service account."""
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setenv("KUBECONFIG", kubeconfig)
+    result = await kubectl_dra("devices")
+    assert result.code == 0, result.err
+    assert "node-a" in result.out
+    monkeypatch.setenv("KUBECONFIG", f"{_dead_kubeconfig(tmp_path / 'dead')}:{kubeconfig}")
+    result = await kubectl_dra("devices", "--context", "fake")
+    assert result.code == 0, result.err

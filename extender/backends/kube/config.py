@@ -70,11 +70,38 @@ async def load_cluster_config(
         kube_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         source = "in-cluster"
     else:
-        await kube_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
-        source = f"kubeconfig {kubeconfig or os.environ.get('KUBECONFIG') or '~/.kube/config'}"
+        paths = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+        await _kubeconfig_loader(paths, context).load_and_set(cfg)
+        source = f"kubeconfig {paths}"
         if context:
             source += f" (context {context})"
     return _from_configuration(cfg, source)
+
+
+def _kubeconfig_loader(paths: str, context: str | None) -> Any:
+    """The library's kubeconfig loader over ``paths`` (files joined by ``os.pathsep``, merged as
+    kubectl merges them), ``context`` or the current one. Two differences from the library's
+    ``load_kube_config``: ``$KUBECONFIG`` is read now (the library reads it once, at import), and
+    the current context is the first file's that sets one (kubectl: the first file to set a value
+    wins; the library keeps the last)."""
+    from kubernetes_asyncio.config.kube_config import KubeConfigLoader, KubeConfigMerger
+
+    merger = KubeConfigMerger(paths)
+    merged = merger.config
+    if merged is not None:
+        first = next(
+            (
+                f["current-context"]
+                for f in merger.config_files.values()
+                if isinstance(f, dict) and f.get("current-context")
+            ),
+            None,
+        )
+        if first is not None:
+            merged.value["current-context"] = first
+    return KubeConfigLoader(
+        config_dict=merged, active_context=context, config_base_path=None, config_persister=merger.save_changes
+    )
 
 
 def _from_configuration(cfg: Any, source: str) -> ClusterConfig:
