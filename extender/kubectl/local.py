@@ -58,6 +58,13 @@ class Snapshot:
                 if strict:
                     raise ManifestError(f"{obj.get('kind')} {_name(obj)}: {exc.reason}") from exc
                 self.warn(f"left out {obj.get('kind')} {_name(obj)}: {exc.reason}")
+            except (TypeError, AttributeError, ValueError) as exc:
+                # A shape the API server would refuse that the in-memory copy does not check (a
+                # Pod's spec.resourceClaims not a list, ...): one line, not a traceback.
+                reason = f"malformed ({type(exc).__name__}: {exc})"
+                if strict:
+                    raise ManifestError(f"{obj.get('kind')} {_name(obj)}: {reason}") from exc
+                self.warn(f"left out {obj.get('kind')} {_name(obj)}: {reason}")
         return stored
 
     @property

@@ -318,6 +318,7 @@ async def test_unknown_node(kubeconfig: str) -> None:
             "ResourceClaim default/bad",
         ),
         ("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n", "no pod to schedule"),
+        ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {resourceClaims: 5}\n", "Pod default/p"),
     ],
 )
 async def test_bad_manifest(kubeconfig: str, tmp_path: Path, text: str, fragment: str) -> None:
