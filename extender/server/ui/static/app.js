@@ -971,7 +971,7 @@ function renderPending(pending) {
           <span class="pod-meta">${pod.priority ? `prio ${esc(pod.priority)} · ` : ""}${esc(age(pod.ageSeconds))}</span>
         </div>
         ${claims.length ? `<div class="pod-claims muted" title="${esc(claims.join("\n"))}">${esc(plural(claims.length, "claim"))}: ${esc(claims.join(", "))}</div>` : ""}
-        <p class="reason" data-reason>${reason ? esc(reason) : '<span class="muted">not explained yet: click the pod</span>'}</p>
+        <p class="reason" data-reason>${reason ? esc(reason) : '<span class="muted" title="the extender explains the first pending pods in the background; click the pod to ask now">not explained yet</span>'}</p>
         ${pod.stale ? '<p class="stale muted" title="explained for an older state of the cluster; being explained again">explained for an older state</p>' : ""}
         ${pod.error ? `<p class="error">${esc(pod.error)}</p>` : ""}
         ${pod.explained ? closestHTML(asList(pod.closest).slice(0, 3)) : ""}
