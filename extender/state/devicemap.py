@@ -391,6 +391,10 @@ def _counts(states: Iterable[str]) -> dict[str, int]:
     return {state: counts[state] for state in DEVICE_STATES if state in counts}
 
 
+#: How long ``DeviceMap.prepare`` works before it lets the event loop run (the allocator's slice).
+PREPARE_SLICE_SECONDS = 0.01
+
+
 class DeviceMap:
     """The read model behind ``/ui/`` over one service's cluster; see the module docstring.
 
@@ -464,6 +468,7 @@ class DeviceMap:
         self._wanted: dict[str, str] = {}  # UID -> pod key, most important first
         self._explainer: asyncio.Task[None] | None = None
         self._explained = 0
+        self._preparing = asyncio.Lock()
         self._rebuild_holders()
         self._rebuild_pods()
         self.store.claim_listeners.append(self._noted_change)
@@ -836,6 +841,35 @@ class DeviceMap:
         """Every node the map knows (nodes and the nodes slices name), sorted."""
         self._sync()
         return list(self._names)
+
+    async def prepare(self, device_class: str = "", *, slice_seconds: float = PREPARE_SLICE_SECONDS) -> None:
+        """Render every node not rendered yet (and, for ``device_class``, find which of its devices
+        the class selects), letting the event loop run after each ``slice_seconds`` of work. The
+        first summary or device-filtered page of a big cluster renders every node — about a second
+        at 5000 nodes x 12 devices, CEL evaluations of a class not cached yet on top — which would
+        hold every other request, ``/healthz`` included, if done inside the answer. After this the
+        answer only sums and looks up. Callers of one map take turns (a lock), so a second page
+        opened meanwhile waits for the first one's work instead of doing it again."""
+        async with self._preparing:
+            self._sync()
+            deadline = time.perf_counter() + slice_seconds
+            for name in list(self._names):
+                if name not in self._name_set:
+                    continue  # gone while the loop ran
+                render = self._renders.get(name)
+                device = self.store.classes.get(device_class) if device_class else None
+                if render is not None and name not in self._dirty:
+                    if device is None:
+                        continue
+                    cached = render.class_masks.get(device.name)
+                    if cached is not None and cached[0] is device:
+                        continue
+                render = self._node(name)
+                if device is not None:
+                    self._class_mask(render, device)
+                if time.perf_counter() >= deadline:
+                    await asyncio.sleep(0)
+                    deadline = time.perf_counter() + slice_seconds
 
     def summary(self) -> dict[str, Any]:
         revision = self._sync()

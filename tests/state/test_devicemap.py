@@ -5,6 +5,7 @@ revision that moves with every change, and the incremental upkeep agreeing with 
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import random
 import time
@@ -504,3 +505,38 @@ def test_the_revision_moves_with_everything_the_summary_shows() -> None:
         assert summary["revision"] not in seen, change
         assert device_map.revision() == summary["revision"]
         seen[summary["revision"]] = summary
+
+
+async def test_prepare_renders_every_node_letting_the_event_loop_run_between_them() -> None:
+    """The first summary of a big cluster renders every node: ``prepare`` does it in slices, the
+    event loop running between them, and the answers after it are those of a map never prepared."""
+    _, service, device_map = make()
+    turns = 0
+    stop = False
+
+    async def ticker() -> None:
+        nonlocal turns
+        while not stop:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    before = turns
+    await device_map.prepare("gpu", slice_seconds=0.0)  # a pause after every node
+    stop = True
+    await task
+    assert turns - before >= len(device_map.node_names())
+    fresh = DeviceMap(service.cluster, service.stats, service.views, clock=lambda: 1_893_457_000.0)
+    assert device_map.summary() == fresh.summary()
+    chosen = NodeFilter(device_class="gpu")
+    assert device_map.nodes(chosen) == fresh.nodes(chosen)
+    # everything is rendered and masked: a second prepare has nothing to do and never pauses
+    rendered = device_map._render
+    device_map._render = None  # type: ignore[assignment]  # would fail if called
+    try:
+        turns_before = turns
+        await device_map.prepare("gpu", slice_seconds=0.0)
+        assert turns == turns_before
+    finally:
+        device_map._render = rendered  # type: ignore[method-assign]

@@ -191,15 +191,20 @@ def node_filter(request: web.Request) -> NodeFilter:
 
 
 async def summary(request: web.Request) -> web.Response:
-    return json_response(_map(request).summary())
+    device_map = _map(request)
+    await device_map.prepare()  # the first one renders every node: not in one stretch of the loop
+    return json_response(device_map.summary())
 
 
 async def nodes(request: web.Request) -> web.Response:
     offset = _int(request, "offset", 0, low=0)
     limit = _int(request, "limit", 50, low=1, high=MAX_PAGE)
     chosen = node_filter(request)
+    device_map = _map(request)
+    if chosen.filters_devices:  # a device filter looks at every node
+        await device_map.prepare(chosen.device_class)
     try:
-        answer = _map(request).nodes(chosen, offset=offset, limit=limit)
+        answer = device_map.nodes(chosen, offset=offset, limit=limit)
     except UnknownDeviceClass as exc:
         raise BadRequest(str(exc)) from exc
     return json_response(answer)
