@@ -464,3 +464,13 @@ async def test_in_a_pod_an_explicit_kubeconfig_or_context_wins(
     monkeypatch.setenv("KUBECONFIG", f"{_dead_kubeconfig(tmp_path / 'dead')}:{kubeconfig}")
     result = await kubectl_dra("devices", "--context", "fake")
     assert result.code == 0, result.err
+
+
+async def test_the_docs_example_of_the_demo_pod_that_fits_nowhere(extender: str) -> None:
+    """docs/kubectl-dra.md shows ``why default/big-training`` on the demo: its text, as printed."""
+    result = await kubectl_dra("why", "default/big-training", "--extender", extender)
+    assert result.code == 0, result.err
+    docs = (ROOT / "docs" / "kubectl-dra.md").read_text(encoding="utf-8")
+    shown = docs.split("$ kubectl dra why default/big-training --extender http://localhost:8888\n", 1)[1]
+    shown = shown.split("```", 1)[0]
+    assert result.out.strip() == shown.strip()
