@@ -179,3 +179,12 @@ def test_pools_are_listed_with_generation_and_status(page: Any, demo: Server) ->
         row = page.locator(f"#pools tr[data-pool='{first['driver']}/{first['pool']}']").first
         expect(row).to_contain_text(str(first["generation"]))
         expect(row.locator(".status")).to_have_text(first["status"])
+
+
+def test_a_pod_that_fits_nowhere_shows_what_its_closest_nodes_lack(page: Any, demo: Server) -> None:
+    """The demo's big-training (nine large GPUs; no node has more than eight): the pending list
+    says no node is available and, per closest node, what is short there (the why's detail)."""
+    open_map(page, demo.ui)
+    item = page.locator("#pending li[data-pod='default/big-training']")
+    expect(item.locator("[data-reason]")).to_contain_text("0/4 nodes are available", timeout=20_000)
+    expect(item).to_contain_text("needs 9, only 8 devices match the selectors")

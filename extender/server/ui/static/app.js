@@ -867,7 +867,8 @@ function closestHTML(closest) {
   const list = asList(closest);
   if (!list.length) return "";
   return `<ul class="closest">${list
-    .map((c) => `<li><button type="button" class="link" data-node-open="${esc(c.node)}">${esc(c.node)}</button> <span>${esc(c.message || c.reason || "")}</span></li>`)
+    // the detail names the claim, the request and what is short: more than the node-agnostic message
+    .map((c) => `<li><button type="button" class="link" data-node-open="${esc(c.node)}">${esc(c.node)}</button> <span title="${esc(c.message || "")}">${esc(c.detail || c.message || c.reason || "")}</span></li>`)
     .join("")}</ul>`;
 }
 
