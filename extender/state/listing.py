@@ -17,8 +17,10 @@ templates, v1alpha3 classes with ``suitableNodes``), which stays as held, as in
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import inspect
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +36,9 @@ from extender.state.debug import without_v1_form
 
 __all__ = ["LISTED_KINDS", "held_objects"]
 
+#: How long ``held_objects`` copies before it lets the event loop run.
+SLICE_SECONDS = 0.01
+
 #: The kinds listed, in the order a cluster is best rebuilt from them.
 LISTED_KINDS = ("Node", "DeviceClass", "ResourceSlice", "ResourceClaimTemplate", "ResourceClaim", "Pod")
 
@@ -45,38 +50,62 @@ _TO_V1: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
-async def held_objects(backend: Backend) -> dict[str, Any]:
+async def held_objects(backend: Backend, *, slice_seconds: float = SLICE_SECONDS) -> dict[str, Any]:
     """A ``v1`` ``List`` of the objects of ``LISTED_KINDS``; ``metadata.incomplete`` names the kinds
-    that could not be given whole (left out)."""
+    that could not be given whole (left out). Copying and converting every object of a big
+    cluster takes a while: the event loop runs after each ``slice_seconds`` of it, and each kind is
+    read from a list of the store's objects taken at once (a watch event may change the store
+    meanwhile; the answer is then a mix of before and after, as any LIST of several kinds is)."""
     store = backend.store
     lister = getattr(backend, "list_objects", None)
     items: list[dict[str, Any]] = []
     incomplete: list[str] = []
+    pace = _Pace(slice_seconds)
     for kind in LISTED_KINDS:
         if lister is not None:
             listed = lister(kind)
             if inspect.isawaitable(listed):
                 listed = await listed
             if listed is not None:  # None: the backend leaves the kind to the store
-                items += [_answered(kind, {**obj, "kind": kind}) for obj in listed]
+                for obj in listed:
+                    items.append(_answered(kind, {**obj, "kind": kind}))
+                    await pace()
                 continue
         if kind == "Node":
             items += [
                 {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": dict(node.labels)}}
-                for node in store.nodes.values()
+                for node in list(store.nodes.values())
             ]
-        elif kind == "ResourceClaim":
-            items += [_answered(kind, raw) for raw in store.raw_claims.values()]
-        elif kind == "ResourceClaimTemplate":
-            items += [_answered(kind, raw) for raw in store.raw_templates.values()]
+        elif kind in ("ResourceClaim", "ResourceClaimTemplate"):
+            held = store.raw_claims if kind == "ResourceClaim" else store.raw_templates
+            for raw in list(held.values()):
+                items.append(_answered(kind, raw))
+                await pace()
         elif kind == "Pod":
-            items += [copy.deepcopy(raw) for raw in store.pods.values()]
+            for raw in list(store.pods.values()):
+                items.append(copy.deepcopy(raw))
+                await pace()
         else:
             incomplete.append(kind)
     out: dict[str, Any] = {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items}
     if incomplete:
         out["metadata"]["incomplete"] = incomplete
     return out
+
+
+class _Pace:
+    """``await pace()`` after each unit of work: lets the event loop run once a slice is used up."""
+
+    __slots__ = ("_deadline", "_seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+        self._deadline = time.perf_counter() + seconds
+
+    async def __call__(self) -> None:
+        if time.perf_counter() >= self._deadline:
+            await asyncio.sleep(0)
+            self._deadline = time.perf_counter() + self._seconds
 
 
 def _answered(kind: str, raw: dict[str, Any]) -> dict[str, Any]:
