@@ -3,7 +3,8 @@
 From the cluster (kubeconfig), the objects are listed once per kind and explained in memory
 (``local.Snapshot``). From an extender (``--extender URL``): ``why`` asks ``debug/why``; ``devices``
 reads the device map's ``ui/api/nodes`` when the extender serves it (its states include binds in
-flight and tentative holds), else ``debug/nodes/{node}`` for every node named by
+flight and tentative holds; ``--node`` and ``-o wide`` read ``ui/api/nodes/{node}``, with each
+claim's pods), else ``debug/nodes/{node}`` for every node named by
 ``debug/objects``; ``simulate`` rebuilds the cluster from ``debug/objects``.
 """
 
@@ -115,11 +116,13 @@ async def _devices(args: argparse.Namespace, out: TextIO, warn: Any) -> None:
 
 async def _extender_devices(args: argparse.Namespace, nodes: list[str] | None, warn: Any) -> list[dict[str, Any]]:
     async with _extender(args) as client:
-        rows: list[dict[str, Any]] | None = None
-        if args.output != "wide" and not nodes:
-            rows = await _device_map_rows(client)
-        if rows is not None:
+        rows = await _device_map_rows(client) if not nodes else None
+        if rows is not None and args.output != "wide":
             return rows
+        if rows is not None or (nodes and await _serves_device_map(client)):
+            # the node details of the device map: attributes, capacity, and the pods of each claim
+            wanted = nodes or sorted({row["node"] for row in rows or ()})
+            return [row for name in wanted for row in await _device_map_node_rows(client, name)]
         if not nodes:
             listed = await client.document("debug/objects")
             names = {
@@ -181,6 +184,34 @@ async def _device_map_rows(client: ExtenderClient) -> list[dict[str, Any]] | Non
         offset += len(page)
         if not page or offset >= int(body.get("total") or 0):
             return rows
+
+
+async def _serves_device_map(client: ExtenderClient) -> bool:
+    status, _ = await client.get("ui/api/summary")
+    return status == 200
+
+
+async def _device_map_node_rows(client: ExtenderClient, node: str) -> list[dict[str, Any]]:
+    """One node's devices through ``ui/api/nodes/{node}`` (the extender serves the device map)."""
+    status, body = await client.get(f"ui/api/nodes/{node}")
+    if status == 404:
+        raise CommandError(f"node {node} not found (the extender knows no such node)")
+    if status != 200 or not isinstance(body, dict):
+        raise CommandError(_http_error(client.base, f"ui/api/nodes/{node}", status, body))
+    return [
+        {
+            "node": node,
+            "driver": device.get("driver", ""),
+            "pool": device.get("pool", ""),
+            "device": device.get("name", ""),
+            "state": device.get("state", ""),
+            "claims": [str(c.get("claim", "")) for c in device.get("claims") or () if isinstance(c, dict)],
+            "pods": list(device.get("pods") or ()),
+            "attributes": device.get("attributes") or {},
+            "capacity": device.get("capacity") or {},
+        }
+        for device in body.get("devices") or ()
+    ]
 
 
 def _state_of(claims: Sequence[str]) -> str:

@@ -221,6 +221,14 @@ async def test_devices_from_an_extender(extender: str) -> None:
     one = (await kubectl_dra("devices", "--node", "node-1", "-o", "json", "--extender", extender)).json()
     assert {row["node"] for row in one["items"]} == {"node-1"}
     assert one["items"][0]["attributes"]["model"] == "a100"
+    # --node and -o wide read the device map's node detail: each claim's pods too
+    wide = await kubectl_dra("devices", "--node", "node-2", "-o", "wide", "--extender", extender)
+    assert wide.code == 0, wide.err
+    held = [line.split() for line in wide.out.splitlines() if " allocated " in line]
+    assert len(held) == 4 and {row[5:7] == ["default/training-job", "default/trainer"] for row in held} == {True}
+    everything = (await kubectl_dra("devices", "-o", "json", "--extender", extender)).json()
+    assert {row["node"] for row in everything["items"]} == {"node-1", "node-2", "node-3", "node-4"}
+    assert_one_line_error(await kubectl_dra("devices", "--node", "node-z", "--extender", extender), "node-z")
 
 
 # --- simulate -------------------------------------------------------------------------------------
