@@ -9,16 +9,22 @@ Run from the repository root::
 What a cluster holds (everything deterministic for a ``--seed``: names, UIDs, attributes):
 
 - Nodes ``node-00000``... with hostname, zone (``zone-0..2``) and rack (``topology.example.com/rack``) labels.
-- Per node a ``gpu.example.com`` slice of ``--devices`` GPUs: type, model, architecture, driverVersion
-  (semver), index, numaNode, pcieRoot (also as the standard ``resource.kubernetes.io/pcieRoot``), uuid,
-  productName; capacities memory and cores. A ``--partitionable`` fraction of the nodes instead publish
-  their GPUs as a Kubernetes 1.35 per-pool partitionable layout: one slice of shared counter sets (one set
-  per physical GPU) and one slice with, per GPU, the whole device and MIG-like partitions (2 x 3g.40gb,
-  7 x 1g.10gb) that consume those counters; so such a node lists ``--devices`` x 10 devices.
-- Per node a ``nic.example.com`` slice of ``--nics`` NICs (pcieRoot aligned with the GPUs, bandwidth).
+- Per node a ``gpu.example.com`` slice of ``--devices`` GPUs (more slices past 128 GPUs): type, model,
+  architecture, driverVersion (semver), index, numaNode, pcieRoot (also as the standard
+  ``resource.kubernetes.io/pcieRoot``), uuid, productName; capacities memory and cores. A
+  ``--partitionable`` fraction of the nodes instead publish their GPUs as a Kubernetes 1.35 per-pool
+  partitionable layout: shared counter sets (one set per physical GPU) in counter-only slices and, per
+  GPU, the whole device and MIG-like partitions (2 x 3g.40gb, 7 x 1g.10gb) that consume those counters in
+  device slices; so such a node lists ``--devices`` x 10 devices. Like a real driver, a pool is split
+  into as many slices as the API's per-slice limits need (8 counter sets a slice; 64 devices a slice when
+  they consume counters, else 128; a GPU's 10 devices stay in one slice), all with the pool's
+  ``resourceSliceCount``: up to 6 partitionable GPUs give one ``...-counters`` and one ``...-devices``
+  slice, more give ``...-counters-1``, ``...-devices-1``, ...
+- Per node a ``nic.example.com`` slice of ``--nics`` NICs (pcieRoot aligned with the GPUs, bandwidth;
+  more slices past 128 NICs).
 - ``--network-pools`` racks: nodes are assigned to racks round robin and every rack has one
-  ``fabric.example.com`` pool of accelerators reachable over the network: a slice with a ``nodeSelector``
-  on the rack label instead of a ``nodeName``.
+  ``fabric.example.com`` pool of accelerators reachable over the network: a slice (more past 128 devices)
+  with a ``nodeSelector`` on the rack label instead of a ``nodeName``.
 - DeviceClasses with typical CEL selectors: ``gpu.example.com`` (whole GPUs), ``large-gpu.example.com``
   (+ memory >= 80Gi), ``mig.example.com``, ``nic.example.com``, ``fabric.example.com``.
 - ResourceClaimTemplates, one per claim shape (see ``SHAPES``), and ``--pods`` pending pods in
@@ -81,6 +87,13 @@ _GPU_MODELS: dict[str, tuple[tuple[str, ...], str, int]] = {
 _DRIVER_VERSIONS = ("535.104.5", "550.54.15", "550.90.7", "560.35.3")
 #: MIG-like partition profiles of an 80Gi partitionable GPU: (profile, count, memory Gi, compute slices).
 _PARTITIONS = (("3g.40gb", 2, 40, 3), ("1g.10gb", 7, 10, 1))
+#: Kubernetes 1.35 per-slice limits (k8s.io/api/resource/v1: ResourceSliceMaxDevices,
+#: ResourceSliceMaxDevicesWithTaintsOrConsumesCounters, ResourceSliceMaxCounterSets).
+_MAX_DEVICES = 128
+_MAX_DEVICES_WITH_COUNTERS = 64
+_MAX_COUNTER_SETS = 8
+#: Devices a partitionable GPU publishes: the whole GPU and its partitions.
+_DEVICES_PER_PARTITIONABLE_GPU = 1 + sum(count for _, count, _, _ in _PARTITIONS)
 
 
 @dataclass(frozen=True)
@@ -251,16 +264,42 @@ def _slice(name: str, driver: str, pool: str, body: dict[str, Any], count: int =
     }
 
 
+def _chunks(items: Sequence[Any], size: int) -> list[list[Any]]:
+    """``items`` in runs of at most ``size``; one empty run for no items (a pool has at least one slice)."""
+    return [list(items[i : i + size]) for i in range(0, len(items), size)] or [[]]
+
+
+def _chunk_name(name: str, index: int) -> str:
+    # The first slice keeps the unsuffixed name: pools that fit one slice look as they always did.
+    return name if index == 0 else f"{name}-{index}"
+
+
+def _pool(driver: str, pool: str, parts: Sequence[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The slices of one pool, ``(name, body)`` each, all with the pool's slice count."""
+    return [_slice(name, driver, pool, body, len(parts)) for name, body in parts]
+
+
+def _device_pool(
+    name: str, driver: str, pool: str, where: dict[str, Any], devices: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """A pool of plain devices (no counters, no taints): slices of at most 128 devices."""
+    chunks = _chunks(devices, _MAX_DEVICES)
+    return _pool(driver, pool, [(_chunk_name(name, k), {**where, "devices": c}) for k, c in enumerate(chunks)])
+
+
 def _gpu_slices(rng: random.Random, node: str, node_index: int, spec: ClusterSpec) -> list[dict[str, Any]]:
     devices = [_gpu(rng, node_index, i, spec.devices) for i in range(spec.devices)]
-    return [_slice(f"{node}-{GPU_DRIVER}", GPU_DRIVER, node, {"nodeName": node, "devices": devices})]
+    return _device_pool(f"{node}-{GPU_DRIVER}", GPU_DRIVER, node, {"nodeName": node}, devices)
 
 
 def _partitionable_slices(rng: random.Random, node: str, node_index: int, spec: ClusterSpec) -> list[dict[str, Any]]:
-    """The 1.35 per-pool layout: counter sets in one slice, devices consuming them in another."""
+    """The 1.35 per-pool layout: counter sets in counter-only slices (at most 8 sets each), the devices
+    consuming them in device slices (at most 64 devices each, a GPU's devices kept together), one pool."""
     counter_sets = []
-    devices = []
+    per_gpu: list[list[dict[str, Any]]] = []
     for i in range(spec.devices):
+        devices: list[dict[str, Any]] = []
+        per_gpu.append(devices)
         counters = f"gpu-{i}-counters"
         counter_sets.append({"name": counters, "counters": {"memory": {"value": "80Gi"}, "compute": {"value": "7"}}})
         base = _gpu_attributes(rng, node_index, i, spec.devices, "a100")
@@ -290,15 +329,19 @@ def _partitionable_slices(rng: random.Random, node: str, node_index: int, spec: 
                         ],
                     }
                 )
-    return [
-        _slice(
-            f"{node}-{GPU_DRIVER}-counters", GPU_DRIVER, node, {"nodeName": node, "sharedCounters": counter_sets}, 2
-        ),
-        _slice(f"{node}-{GPU_DRIVER}-devices", GPU_DRIVER, node, {"nodeName": node, "devices": devices}, 2),
+    gpus_per_slice = _MAX_DEVICES_WITH_COUNTERS // _DEVICES_PER_PARTITIONABLE_GPU
+    parts = [
+        (_chunk_name(f"{node}-{GPU_DRIVER}-counters", k), {"nodeName": node, "sharedCounters": sets})
+        for k, sets in enumerate(_chunks(counter_sets, _MAX_COUNTER_SETS))
     ]
+    parts += [
+        (_chunk_name(f"{node}-{GPU_DRIVER}-devices", k), {"nodeName": node, "devices": [d for g in gpus for d in g]})
+        for k, gpus in enumerate(_chunks(per_gpu, gpus_per_slice))
+    ]
+    return _pool(GPU_DRIVER, node, parts)
 
 
-def _nic_slice(rng: random.Random, node: str, spec: ClusterSpec) -> dict[str, Any]:
+def _nic_slices(rng: random.Random, node: str, spec: ClusterSpec) -> list[dict[str, Any]]:
     nics = []
     for i in range(spec.nics):
         numa = i % 2
@@ -314,10 +357,10 @@ def _nic_slice(rng: random.Random, node: str, spec: ClusterSpec) -> dict[str, An
                 "capacity": {"bandwidth": {"value": rng.choice(("100G", "400G"))}},
             }
         )
-    return _slice(f"{node}-{NIC_DRIVER}", NIC_DRIVER, node, {"nodeName": node, "devices": nics})
+    return _device_pool(f"{node}-{NIC_DRIVER}", NIC_DRIVER, node, {"nodeName": node}, nics)
 
 
-def _fabric_slice(rack: int, spec: ClusterSpec) -> dict[str, Any]:
+def _fabric_slices(rack: int, spec: ClusterSpec) -> list[dict[str, Any]]:
     name = f"rack-{rack:03d}"
     devices = [
         {
@@ -328,7 +371,7 @@ def _fabric_slice(rack: int, spec: ClusterSpec) -> dict[str, Any]:
         for i in range(spec.fabric_devices)
     ]
     selector = {"nodeSelectorTerms": [{"matchExpressions": [{"key": RACK_LABEL, "operator": "In", "values": [name]}]}]}
-    return _slice(f"{name}-{FABRIC_DRIVER}", FABRIC_DRIVER, name, {"nodeSelector": selector, "devices": devices})
+    return _device_pool(f"{name}-{FABRIC_DRIVER}", FABRIC_DRIVER, name, {"nodeSelector": selector}, devices)
 
 
 def _device_classes(spec: ClusterSpec) -> list[dict[str, Any]]:
@@ -480,8 +523,9 @@ def generate(spec: ClusterSpec) -> list[dict[str, Any]]:
         else:
             objects += _gpu_slices(rng, name, n, spec)
         if spec.nics > 0:
-            objects.append(_nic_slice(rng, name, spec))
-    objects += [_fabric_slice(r, spec) for r in range(spec.network_pools)]
+            objects += _nic_slices(rng, name, spec)
+    for rack in range(spec.network_pools):
+        objects += _fabric_slices(rack, spec)
     shapes = [*_available_shapes(spec), _UNSCHEDULABLE_SHAPE]
     for namespace in _namespaces(spec):
         objects += _templates(namespace, shapes, spec)
