@@ -8,14 +8,15 @@ A device's state comes from who holds it: allocated claims (the store), in-fligh
 tentative holds (the ledger), admin-access claims, and from the device itself (taints, multiple
 allocations). ``device_state`` says which, in this order: ``binding``, ``held`` (an in-flight entry
 of the ledger), ``shared`` (a device that allows several allocations, held by at least one), ``allocated``,
-``admin`` (held only by admin-access claims), ``tainted`` (NoSchedule/NoExecute), ``free``.
+``nominated`` (held for a preemptor by a nomination, ``state/nominations.py``), ``admin`` (held only by
+admin-access claims), ``tainted`` (NoSchedule/NoExecute), ``free``.
 
 Cost (docs/performance.md, "Device map"): nothing is rebuilt for the whole cluster per request.
 
 - Who holds which device is kept up to date claim by claim: the store tells its claim listeners
   of every claim and pod change, and the listener only notes the key; the next read applies them.
   The ledger is small (binds in flight and holds): it is re-read when its change counter moves, and
-  compared with what was read before.
+  compared with what was read before; so are the nominations (devices held for preemptors).
 - Each node is rendered once (its devices as JSON-ready dicts, counts per state) and kept until
   something it shows changes: a holder of a device of one of its pools (which marks exactly the
   nodes that rendered that pool), or its view of the slices (a new ``NodeView`` object: slices or
@@ -35,7 +36,7 @@ import importlib
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -48,6 +49,7 @@ from extender.state import cooperative
 from extender.state.claims import pod_priority
 from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
+from extender.state.rejected import RejectedPods
 from extender.state.stats import ServiceStats
 
 __all__ = [
@@ -70,7 +72,7 @@ __all__ = [
 log = structlog.get_logger()
 
 #: Every state a device can be in, in the order the totals list them.
-DEVICE_STATES = ("free", "allocated", "binding", "held", "tainted", "shared", "admin")
+DEVICE_STATES = ("free", "allocated", "binding", "held", "nominated", "tainted", "shared", "admin")
 _STATE_INDEX = {state: i for i, state in enumerate(DEVICE_STATES)}
 #: Taint effects that keep a device from new allocations (``None`` effects and others do not).
 BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
@@ -141,9 +143,10 @@ class NodeFilter:
 # --- pure parts ---------------------------------------------------------------------------------
 
 
-def device_state(device: Device, holders: Sequence[Holder], taken: bool = False) -> str:
+def device_state(device: Device, holders: Sequence[Holder], taken: bool = False, nominated: bool = False) -> str:
     """The state of one device held by ``holders`` (module docstring); ``taken`` says the store
-    counts it in use although no known claim holds it (a claim that arrived unreadable)."""
+    counts it in use although no known claim holds it (a claim that arrived unreadable);
+    ``nominated`` that a nomination holds it for a preemptor."""
     binding = held = allocated = admin = False
     for holder in holders:
         if holder.admin_access:
@@ -162,6 +165,8 @@ def device_state(device: Device, holders: Sequence[Holder], taken: bool = False)
         return "shared" if device.allow_multiple_allocations else "allocated"
     if taken:
         return "allocated"
+    if nominated:
+        return "nominated"
     if admin:
         return "admin"
     if any(taint.effect in BLOCKING_TAINT_EFFECTS for taint in device.taints):
@@ -401,7 +406,8 @@ class DeviceMap:
     ``cluster`` is the service's ``ClusterView``; ``stats`` its counters; ``views`` its debug
     views (for the pending pods' explanations); ``extra_counters`` more counters for the summary
     (e.g. preemptions; each only grows: their sum is part of the revision); ``explain_share`` the
-    most of the time the pending pods' explanations may take (``pending_explained``)."""
+    most of the time the pending pods' explanations may take (``pending_explained``); ``rejected``
+    the pods the service's last filter found no node for (listed and explained first)."""
 
     def __init__(
         self,
@@ -412,6 +418,7 @@ class DeviceMap:
         extra_counters: Callable[[], Mapping[str, int]] | None = None,
         clock: Callable[[], float] = time.time,
         explain_share: float = EXPLAIN_SHARE,
+        rejected: RejectedPods | None = None,
     ) -> None:
         self.cluster = cluster
         self.store = cluster.store
@@ -430,6 +437,12 @@ class DeviceMap:
         self._overflow = False
         self._store_revision = self.store.revision
         self._ledger_changes = -1
+        self.nominations = cluster.nominations
+        self._nomination_changes = -1
+        #: Devices nominations hold: the ``nomination`` JSON of each (preemptor, priority, until).
+        self._nominated: dict[DeviceID, dict[str, Any]] = {}
+        self.rejected = rejected if rejected is not None else RejectedPods()
+        self._rejected_changes = self.rejected.changes
         # who holds what
         self._holders: dict[DeviceID, list[Holder]] = {}
         self._claim_devices: dict[str, tuple[DeviceID, ...]] = {}
@@ -491,14 +504,19 @@ class DeviceMap:
 
     def revision(self) -> int:
         """A number that changes whenever anything the map shows may have changed: the store's
-        revision, the ledger's changes, the bind counters and the explanations made (all only
-        grow). Expired holds are dropped first (``ClusterView.refresh``), so their end is a change
-        too."""
-        self.cluster.refresh()
+        revision, the ledger's and the nominations' changes, the bind counters, the changes of the
+        rejected pods and the explanations made (all only grow). Expired holds and nominations are
+        dropped first (``_refresh``), so their end is a change too."""
+        self._refresh()
         return self._revision()
 
+    def _refresh(self) -> None:
+        self.cluster.refresh()
+        if self.nominations:
+            self.nominations.expire(self.store.pods)
+
     def _revision(self) -> int:
-        return self._data_revision() + self._explained
+        return self._data_revision() + self._explained + self.rejected.changes
 
     def _data_revision(self) -> int:
         """What the cluster's state alone moves (explanations are made of it): also the backend's
@@ -512,6 +530,7 @@ class DeviceMap:
         return (
             self.store.revision
             + self.ledger.changes
+            + self.nominations.changes
             + stats.binds_ok
             + sum(stats.binds_failed.values())
             + self._synced_changes
@@ -520,7 +539,7 @@ class DeviceMap:
 
     def _sync(self) -> int:
         """Apply what changed since the last read; returns the revision the answer is of."""
-        self.cluster.refresh()
+        self._refresh()
         store = self.store
         if store.revision != self._store_revision:
             if store.revision - self._store_revision != self._noted:
@@ -541,6 +560,11 @@ class DeviceMap:
                     self._pod_changed(key)
         if self.ledger.changes != self._ledger_changes:
             self._ledger_changed()
+        if self.nominations.changes != self._nomination_changes:
+            self._nominations_changed()
+        if self.rejected.changes != self._rejected_changes:
+            self._rejected_changes = self.rejected.changes
+            self._pending_sorted = None  # rejected pods come first
         snapshot = store.snapshot()
         if snapshot is not self._snapshot:
             self._snapshot = snapshot
@@ -612,6 +636,33 @@ class DeviceMap:
         touched = {d for d in old.keys() | flight.keys() if old.get(d) != flight.get(d)}
         self._flight = flight
         self._ledger_changes = self.ledger.changes
+        self._touched(touched)
+
+    def _nominations_changed(self) -> None:
+        nominated: dict[DeviceID, dict[str, Any]] = {}
+        old = self._nominated
+        wall, monotonic = self._clock(), self.nominations.clock()
+        for nomination in self.nominations.by_uid.values():
+            body: dict[str, Any] | None = None
+            for result in nomination.results:
+                for device in result.devices:
+                    device_id = device.device_id
+                    if body is None:
+                        known = old.get(device_id)
+                        if known is not None and known["podUid"] == nomination.pod_uid:
+                            body = known  # the same nomination: its time stays as it was shown
+                        else:
+                            until = datetime.fromtimestamp(round(wall + nomination.expires - monotonic), UTC)
+                            body = {
+                                "pod": nomination.pod_key,
+                                "podUid": nomination.pod_uid,
+                                "priority": nomination.priority,
+                                "until": until.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                            }
+                    nominated[device_id] = body
+        touched = {d for d in old.keys() | nominated.keys() if old.get(d) is not nominated.get(d)}
+        self._nominated = nominated
+        self._nomination_changes = self.nominations.changes
         self._touched(touched)
 
     def _touched(self, devices: Iterable[DeviceID]) -> None:
@@ -740,15 +791,21 @@ class DeviceMap:
         local = [0] * len(DEVICE_STATES)
         in_use = store.in_use_state()
         pools: list[tuple[str, str]] = []
+        problems: list[dict[str, str]] = []
+        nominated = self._nominated
         for pool in view.pools if view is not None else ():
-            if not pool.usable or not pool.entries:
+            if not pool.usable:
+                problems.append(self._pool_problem(pool))
+                continue
+            if not pool.entries:
                 continue  # nothing of it shown here (a counter-only slice reaches every node's view)
             pools.append((pool.driver, pool.name))
             left = counters_left(pool, in_use) if pool.counter_sets else {}
             for entry in pool.entries:
                 device_id = entry.id
                 holders = self._holders_of(device_id)
-                state = device_state(entry.device, holders, device_id in in_use.devices)
+                nomination = nominated.get(device_id) if nominated else None
+                state = device_state(entry.device, holders, device_id in in_use.devices, nomination is not None)
                 is_local = entry.slice.node_name == name
                 if is_local:
                     local[_STATE_INDEX[state]] += 1
@@ -767,11 +824,14 @@ class DeviceMap:
                         "taints": _taint_json(entry.device),
                     }
                 )
+                if nomination is not None:
+                    devices[-1]["nomination"] = {k: v for k, v in nomination.items() if k != "podUid"}
         body: dict[str, Any] = {
             "name": name,
             "labels": dict(node.labels),
             "counts": _counts(row.state for row in rows),
             "devices": devices,
+            "poolProblems": problems,
         }
         if problem:
             body["error"] = problem
@@ -785,6 +845,16 @@ class DeviceMap:
             local_counts=tuple(local),
             pools=tuple(pools),
         )
+
+    def _pool_problem(self, pool: Pool) -> dict[str, str]:
+        """Why a pool the node's view holds is not offered (as ``pool_summaries`` says it)."""
+        if pool.invalid_reason is not None:
+            return {"driver": pool.driver, "pool": pool.name, "status": "invalid", "reason": pool.invalid_reason}
+        slices = self.store.snapshot().slices_of_pool(pool.driver, pool.name)
+        current = [s for s in slices if s.pool.generation == pool.generation]
+        expected = current[0].pool.resource_slice_count if current else 0
+        reason = f"{len(current)} of {expected} slices of generation {pool.generation}"
+        return {"driver": pool.driver, "pool": pool.name, "status": "incomplete", "reason": reason}
 
     def _class_mask(self, render: _NodeRender, device_class: DeviceClass) -> tuple[bool, ...]:
         """Per row of the node, whether the class's selectors select the device: from the selector
@@ -1052,29 +1122,36 @@ class DeviceMap:
         return pools
 
     def pending(self, namespace: str = "") -> dict[str, Any]:
-        """The pending pods, most important first, without explanations."""
+        """The pending pods, without explanations: those the last filter found no node for first,
+        then most important first."""
         revision = self._sync()
         now = self._clock()
-        return {"revision": revision, "pods": [self._pending_json(p, now) for p in self._pending_list(namespace)]}
+        rejected = self.rejected
+        return {
+            "revision": revision,
+            "pods": [self._pending_json(p, now, p.uid in rejected) for p in self._pending_list(namespace)],
+        }
 
     def _pending_list(self, namespace: str) -> list[_Pending]:
         if self._pending_sorted is None:
+            rejected = self.rejected
             self._pending_sorted = sorted(
                 self._pending.values(),
-                key=lambda p: (-p.priority, p.created is None, p.created or 0.0, p.key),
+                key=lambda p: (p.uid not in rejected, -p.priority, p.created is None, p.created or 0.0, p.key),
             )
         if not namespace:
             return self._pending_sorted
         return [p for p in self._pending_sorted if p.namespace == namespace]
 
     @staticmethod
-    def _pending_json(pending: _Pending, now: float) -> dict[str, Any]:
+    def _pending_json(pending: _Pending, now: float, rejected: bool) -> dict[str, Any]:
         body: dict[str, Any] = {
             "pod": pending.key,
             "uid": pending.uid,
             "priority": pending.priority,
             "claims": list(pending.claims),
             "ageSeconds": round(max(0.0, now - pending.created), 1) if pending.created is not None else None,
+            "rejected": rejected,
             "explained": False,
         }
         if pending.templates:

@@ -74,6 +74,8 @@ class Nominations:
         self.by_uid: dict[str, Nomination] = {}
         #: plans of the preempt verb, by (pod UID, node), until one is nominated or they expire
         self.pending: dict[tuple[str, str], PendingPlan] = {}
+        #: Grows whenever a nomination is made or ends (readers such as the device map compare it).
+        self.changes = 0
 
     def __bool__(self) -> bool:
         return bool(self.by_uid) or bool(self.pending)
@@ -106,13 +108,16 @@ class Nominations:
                     expires=now + lifetime,
                     hard_expires=now + 5 * lifetime,
                 )
+                self.changes += 1
                 log.info("preemption.plan_nominated", pod=plan.pod_key, node=plan.node)
 
     def add(self, nomination: Nomination) -> None:
         self.by_uid[nomination.pod_uid] = nomination
+        self.changes += 1
 
     def drop(self, pod_uid: str) -> None:
         if self.by_uid.pop(pod_uid, None) is not None:
+            self.changes += 1
             log.info("preemption.nomination_dropped", pod_uid=pod_uid)
 
     def expire(self, pods: Mapping[str, Mapping[str, Any]]) -> None:
@@ -127,15 +132,18 @@ class Nominations:
             bound = pod is not None and bool((pod.get("spec") or {}).get("nodeName"))
             if gone or bound:
                 del self.by_uid[uid]
+                self.changes += 1
                 continue
             if nomination.hard_expires and now >= nomination.hard_expires:
                 del self.by_uid[uid]
+                self.changes += 1
                 continue
             if now >= nomination.expires:
                 if victims_left is None:
                     victims_left = {pod_identity(p)[2] for p in pods.values()}
                 if not any(v.uid in victims_left for v in nomination.victims):
                     del self.by_uid[uid]  # never while a victim is still there (a long grace period)
+                    self.changes += 1
 
     def held_against(self, pod_uid: str, priority: int) -> list[Nomination]:
         """The nominations a pod of ``priority`` must leave alone: those of other pods of equal or

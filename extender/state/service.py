@@ -45,6 +45,7 @@ from extender.state.ledger import InFlightLedger
 from extender.state.preempt_verb import DEFAULT_PREEMPT_TIMEOUT_SECONDS, NodeVictims, PreemptOutcome, PreemptVerb
 from extender.state.preemption import DevicePreemption
 from extender.state.recovery import deallocate_claim, stuck_claim
+from extender.state.rejected import RejectedPods
 from extender.state.stats import ServiceStats
 from extender.state.verdicts import FilterOutcome, VerdictCache
 from extender.state.why import known_node_names, why
@@ -101,6 +102,8 @@ class SchedulingService:
         self.scoring_annotation = scoring_annotation
         self.on_rejected = on_rejected
         self.stats = ServiceStats()
+        #: The pods the last filter (the verb's, not an explanation's) found no node for.
+        self.rejected = RejectedPods()
         binding: set[str] = set()  # UIDs of pods with a bind running
         self.cluster = ClusterView(backend, self.ledger, features, filter_timeout_seconds=filter_timeout_seconds)
         self.cluster.binding = binding
@@ -169,9 +172,15 @@ class SchedulingService:
                 return result
         if self.cluster.nominations:
             result = self.preemption.respect_nominations(claims, result)
-        if not result.node_names and self.on_rejected is not None:
-            self.on_rejected(pod)
-        elif (
+        if not result.node_names:
+            if hold:
+                self.rejected.rejected(claims.pod_uid)
+            if self.on_rejected is not None:
+                self.on_rejected(pod)
+            return result
+        if hold and claims.pod_uid in self.rejected:
+            self.rejected.placed(claims.pod_uid)
+        if (
             hold
             and verdicts is not None
             and len(result.node_names) == 1
@@ -324,6 +333,7 @@ class SchedulingService:
             if not self.backend.synced:
                 raise NotSynced(NOT_SYNCED)
             await self.binder.bind(namespace, name, uid, node_name)
+            self.rejected.placed(uid)
         except ExtenderError as exc:
             self.stats.count_bind_failure(type(exc).__name__)
             log.info("bind.finished", pod=f"{namespace}/{name}", node=node_name, outcome="error", reason=exc.reason)

@@ -152,6 +152,14 @@ async def test_nodes_with_filters_and_paging(client: Client) -> None:
     assert {d["name"]: d["state"] for d in node_b["devices"]} == {"gpu-0": "free", "gpu-1": "shared", "gpu-2": "admin"}
     shared = next(d for d in node_b["devices"] if d["name"] == "gpu-1")
     assert shared["use"] == "2 claims, memory 30Gi/80Gi"
+    assert [n["poolProblems"] for n in page["nodes"]] == [[], []]
+    last = await get_json(client, f"{PREFIX}ui/api/nodes?offset=3&limit=1")
+    assert last["nodes"][0]["poolProblems"] == [
+        {"driver": "gpu.example.com", "pool": "node-d", "status": "incomplete",
+         "reason": "1 of 2 slices of generation 1"}
+    ]  # fmt: skip
+    detail = await get_json(client, f"{PREFIX}ui/api/nodes/node-d")
+    assert detail["poolProblems"] == last["nodes"][0]["poolProblems"]
 
     async def names(query: str) -> list[str]:
         body = await get_json(client, f"{PREFIX}ui/api/nodes?{query}")
@@ -226,6 +234,18 @@ async def test_pools_and_pending(client: Client) -> None:
     assert {p["pool"]: p["status"] for p in changed["pools"]}["node-d"] == "complete"
     pending = await get_json(client, f"{PREFIX}ui/api/pending")
     assert [p["pod"] for p in pending["pods"]] == ["default/urgent", "default/old", "default/new"]
+    assert [p["rejected"] for p in pending["pods"]] == [False, False, False]
+    # a filter that finds no node for a pod puts it first
+    service = client.app[SERVICE]
+    new = backend.get("Pod", "default", "new")
+    assert new is not None and service.filter(new, ["node-c"]).node_names == []
+    rejected = await get_json(client, f"{PREFIX}ui/api/pending")
+    assert rejected["revision"] > pending["revision"]
+    assert [(p["pod"], p["rejected"]) for p in rejected["pods"]] == [
+        ("default/new", True),
+        ("default/urgent", False),
+        ("default/old", False),
+    ]
     assert (await get_json(client, f"{PREFIX}ui/api/pending?namespace=team-b"))["pods"] == []
 
 

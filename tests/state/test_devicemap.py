@@ -18,7 +18,11 @@ from extender.backends.embedded import EmbeddedBackend
 from extender.core.model import AllocationResult, DeviceResult
 from extender.state import devicemap as devicemap_module
 from extender.state.devicemap import DEVICE_STATES, DeviceMap, NodeFilter, UnknownDeviceClass
+from extender.state.nominations import Nomination
+from extender.state.preemption import WAITING_FOR_VICTIMS
 from extender.state.service import SchedulingService
+from tests import manifests as m
+from tests.state import test_preemption as preemption_tests
 
 CLUSTER = Path(__file__).parent / "fixtures" / "device-states.yaml"
 
@@ -57,23 +61,34 @@ def test_every_state_is_shown_on_its_device() -> None:
     _, service, device_map = make()
     in_flight(service, "default/one-gpu", "node-a", "gpu-1")
     in_flight(service, "default/two-gpus", "node-a", "gpu-2", tentative=True)
+    nic = DeviceResult(request="nic", driver="nic.example.com", pool="node-a", device="nic-0")
+    service.cluster.nominations.add(
+        Nomination(
+            pod_key="default/urgent", pod_uid="00000000-0000-4000-8000-0000000000b4", priority=100, node="node-a",
+            results=(AllocationResult(devices=(nic,)),), victims=(), freed=frozenset(),
+            expires=service.cluster.nominations.clock() + 60,
+        )
+    )  # fmt: skip
     assert states(device_map, "node-a") == {
         "gpu-0": "allocated",
         "gpu-1": "binding",
         "gpu-2": "held",
         "gpu-3": "tainted",
-        "nic-0": "free",
+        "nic-0": "nominated",
     }
+    nominated = devices_of(device_map, "node-a")["nic-0"]["nomination"]
+    assert nominated == {"pod": "default/urgent", "priority": 100, "until": "2030-01-01T00:17:40Z"}
     assert states(device_map, "node-b") == {"gpu-0": "free", "gpu-1": "shared", "gpu-2": "admin"}
     assert states(device_map, "node-c") == {"gpu-0": "free", "gpu-0-half-0": "allocated", "gpu-0-half-1": "free"}
     totals = device_map.summary()["totals"]
     assert totals == {
         "nodes": 4,
         "devices": 11,
-        "free": 4,
+        "free": 3,
         "allocated": 2,
         "binding": 1,
         "held": 1,
+        "nominated": 1,
         "tainted": 1,
         "shared": 1,
         "admin": 1,
@@ -540,3 +555,176 @@ async def test_prepare_renders_every_node_letting_the_event_loop_run_between_the
         assert turns == turns_before
     finally:
         device_map._render = rendered  # type: ignore[method-assign]
+
+
+# --- nominations, pool problems, rejected pods ------------------------------------------------------
+
+
+def _nominated(device_map: DeviceMap) -> dict[str, dict[str, Any]]:
+    """Node/device -> device JSON of every device a nomination holds."""
+    return {
+        f"{node['name']}/{d['name']}": d
+        for node in device_map.nodes(limit=500)["nodes"]
+        for d in node["devices"]
+        if "nomination" in d
+    }
+
+
+async def _preempting(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, DeviceMap, str, list[str]]:
+    """A preemption on the embedded backend (tests/state/test_preemption.py): ``high`` evicts one of
+    the low pods and has the device freed nominated; the map, the node and the rendered nodes."""
+    cluster = await preemption_tests.started(m.claim("hc"), preemption_tests.prio_pod("high", 1000, "hc"))
+    service = cluster.service
+    device_map = DeviceMap(service.cluster, service.stats, service.views, rejected=service.rejected)
+    device_map.summary()
+    device_map.nodes()
+    rendered: list[str] = []
+    real = DeviceMap._render
+
+    def counting(self: DeviceMap, name: str) -> Any:
+        rendered.append(name)
+        return real(self, name)
+
+    monkeypatch.setattr(DeviceMap, "_render", counting)
+    assert device_map.summary()["totals"]["nominated"] == 0 and not _nominated(device_map)
+    outcome = await cluster.filter("high")
+    [node] = [n for n, reason in outcome.failed.items() if reason.startswith(WAITING_FOR_VICTIMS)]
+    return cluster, device_map, node, rendered
+
+
+async def test_devices_a_preemption_nominates_show_as_nominated_until_the_preemptor_binds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cluster, device_map, node, rendered = await _preempting(monkeypatch)
+    before = device_map.revision()
+    summary = device_map.summary()
+    assert summary["totals"]["nominated"] == 1 and summary["totals"]["free"] == 0
+    [(where, device)] = _nominated(device_map).items()
+    assert where.startswith(f"{node}/") and device["state"] == "nominated"
+    assert device["nomination"]["pod"] == "default/high" and device["nomination"]["priority"] == 1000
+    assert device_map.node(node)["counts"]["nominated"] == 1  # type: ignore[index]
+    assert node in rendered and set(rendered) <= {node}  # the victim's node only (its claim went too)
+    # the preemptor's next filter fits there and its bind takes the device: no longer nominated
+    assert (await cluster.filter("high")).node_names == [node]
+    await cluster.service.bind("default", "high", "uid-high", node)
+    assert not cluster.service.cluster.nominations
+    after = device_map.summary()
+    assert after["revision"] > before
+    assert after["totals"]["nominated"] == 0 and not _nominated(device_map)
+    assert after["totals"]["allocated"] == 4
+
+
+async def test_a_nomination_that_expires_frees_its_devices_on_the_map(monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster, device_map, node, rendered = await _preempting(monkeypatch)
+    nominations = cluster.service.cluster.nominations
+    assert device_map.summary()["totals"]["nominated"] == 1
+    before = device_map.revision()
+    rendered.clear()
+    [nomination] = nominations.by_uid.values()
+    nominations.clock = lambda: nomination.expires + 1  # its victim is gone: nothing keeps it
+    assert device_map.revision() > before  # the event stream's look at the revision sees the end
+    summary = device_map.summary()
+    assert summary["totals"]["nominated"] == 0 and summary["totals"]["free"] == 1
+    assert not _nominated(device_map) and not nominations
+    assert rendered == [node]  # exactly the node of the nominated device was redrawn
+
+
+def test_each_node_says_which_of_its_pools_are_incomplete_or_invalid() -> None:
+    backend, _, device_map = make()
+    rows = {n["name"]: n for n in device_map.nodes()["nodes"]}
+    assert {name: row["poolProblems"] for name, row in rows.items()} == {
+        "node-a": [],
+        "node-b": [],
+        "node-c": [],
+        "node-d": [
+            {"driver": "gpu.example.com", "pool": "node-d", "status": "incomplete",
+             "reason": "1 of 2 slices of generation 1"},
+        ],
+    }  # fmt: skip
+    before = device_map.revision()
+    backend.apply(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "node-d-nics"},
+            "spec": {
+                "driver": "nic.example.com",
+                "nodeName": "node-d",
+                "pool": {"name": "node-d", "generation": 1, "resourceSliceCount": 1},
+                "devices": [{"name": "nic-0"}, {"name": "nic-0"}],
+            },
+        }
+    )
+    assert device_map.revision() > before
+    detail = device_map.node("node-d")
+    assert detail is not None
+    problems = {(p["driver"], p["status"]): p["reason"] for p in detail["poolProblems"]}
+    assert problems.keys() == {("gpu.example.com", "incomplete"), ("nic.example.com", "invalid")}
+    assert "duplicate device name 'nic-0'" in problems[("nic.example.com", "invalid")]
+    # the same words as the pools document
+    pools = {(p["driver"], p["pool"]): p for p in device_map.pools()["pools"]}
+    for p in detail["poolProblems"]:
+        summary = pools[(p["driver"], p["pool"])]
+        assert (p["status"], p["reason"]) == (summary["status"], summary["reason"])
+    [row] = device_map.nodes(NodeFilter(q="node-d"))["nodes"]
+    assert row["poolProblems"] == detail["poolProblems"]
+    # the missing slice comes: the pool is complete, the warning goes and its device is drawn
+    slice_ = backend.get("ResourceSlice", None, "node-d-gpus-1-of-2")
+    assert slice_ is not None
+    second = copy.deepcopy(slice_)
+    second["metadata"] = {"name": "node-d-gpus-2-of-2"}
+    second["spec"]["devices"] = [{"name": "gpu-1"}]
+    backend.apply(second)
+    [row] = device_map.nodes(NodeFilter(q="node-d"))["nodes"]
+    assert [p["driver"] for p in row["poolProblems"]] == ["nic.example.com"]
+    assert {d["name"] for d in row["devices"]} == {"gpu-0", "gpu-1"}
+
+
+async def test_pods_the_last_filter_found_no_node_for_are_listed_and_explained_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    backend, service, _ = make()
+    device_map = DeviceMap(service.cluster, service.stats, service.views, explain_share=1.0, rejected=service.rejected)
+    order = ["default/urgent", "default/old", "default/new"]
+    pending = device_map.pending()
+    assert [p["pod"] for p in pending["pods"]] == order and not any(p["rejected"] for p in pending["pods"])
+    revision = pending["revision"]
+    new = backend.get("Pod", "default", "new")
+    assert new is not None
+    assert service.filter(new, ["node-d"]).node_names == []  # node-d's GPU pool is incomplete
+    pending = device_map.pending()
+    assert [p["pod"] for p in pending["pods"]] == ["default/new", "default/urgent", "default/old"]
+    assert [p["rejected"] for p in pending["pods"]] == [True, False, False]
+    assert pending["revision"] > revision
+    # rejected again: nothing the list shows changed, nor does the revision
+    revision = pending["revision"]
+    service.filter(new, ["node-d"])
+    assert device_map.revision() == revision
+    # the pod explained is the rejected one, not the most important
+    why = pytest.importorskip("extender.state.why")
+    explained: list[str] = []
+    real = why.why
+
+    def counted(views: Any, pod: Any, names: Any) -> Any:
+        explained.append(pod["metadata"]["name"])
+        return real(views, pod, names)
+
+    monkeypatch.setattr(why, "why", counted)
+    monkeypatch.setattr(devicemap_module, "EXPLAINED_PODS", 1)
+    await device_map.pending_explained()
+    await device_map.settled()
+    assert explained == ["new"]
+    first = (await device_map.pending_explained())["pods"][0]
+    assert first["pod"] == "default/new" and first["explained"] is True and first["rejected"] is True
+    # the explanation's own filters do not count as rejections; a filter that finds a node ends it
+    assert list(service.rejected.times) == [new["metadata"]["uid"]]
+    revision = device_map.revision()
+    assert service.filter(new, ["node-a", "node-d"]).node_names == ["node-a"]
+    pending = device_map.pending()
+    assert [p["pod"] for p in pending["pods"]] == order and pending["revision"] > revision
+    # and a bind ends it too
+    service.filter(new, ["node-d"])
+    assert device_map.pending()["pods"][0]["rejected"] is True
+    service.holds.release(new["metadata"]["uid"])
+    await service.bind("default", "new", new["metadata"]["uid"], "node-a")
+    assert not service.rejected.times

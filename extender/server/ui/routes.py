@@ -90,7 +90,11 @@ def add_routes(app: web.Application, prefix: str) -> None:
     def preemptions() -> dict[str, int]:
         return {"preemptions": service.preemption.stats.preemptions.get("started", 0)}
 
-    app[UI] = UiState(lambda: DeviceMap(service.cluster, service.stats, service.views, extra_counters=preemptions))
+    app[UI] = UiState(
+        lambda: DeviceMap(
+            service.cluster, service.stats, service.views, extra_counters=preemptions, rejected=service.rejected
+        )
+    )
     router = app.router
     router.add_get(f"{prefix}ui", redirect_to_page, name="ui_redirect")
     router.add_get(f"{prefix}ui/", page, name="ui_page")

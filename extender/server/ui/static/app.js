@@ -17,6 +17,7 @@ const STATES = [
   { state: "shared", label: "shared", letter: "S", help: "allows several allocations or has capacity partly used" },
   { state: "binding", label: "binding", letter: "B", help: "a bind is in flight" },
   { state: "held", label: "held", letter: "H", help: "held tentatively between filter and bind" },
+  { state: "nominated", label: "nominated", letter: "N", help: "free, held for a preemptor while its victims go" },
   { state: "admin", label: "admin", letter: "D", help: "held only by admin-access claims" },
   { state: "tainted", label: "tainted", letter: "T", help: "a NoSchedule/NoExecute taint, not allocated" },
 ];
@@ -133,8 +134,18 @@ function stateInfo(state) {
   return STATE_BY_NAME.get(state) || { state, label: state || "unknown", letter: "?", help: "" };
 }
 
+/** "held for preemptor NS/POD (priority P) until TIME" for a device a nomination holds, else "". */
+function nominationText(device) {
+  const n = device.nomination;
+  if (!n) return "";
+  const until = n.until ? new Date(n.until) : null;
+  const when = until && !Number.isNaN(until.getTime()) ? until.toLocaleString() : n.until || "?";
+  return `held for preemptor ${n.pod} (priority ${n.priority}) until ${when}`;
+}
+
 function deviceLabel(device) {
   const parts = [`${device.name}: ${stateInfo(device.state).label}`];
+  if (device.nomination) parts.push(nominationText(device));
   if (device.use) parts.push(device.use);
   const claims = asList(device.claims).map(claimName);
   if (claims.length) parts.push(`${claims.length === 1 ? "claim" : "claims"} ${claims.join(", ")}`);
@@ -278,7 +289,6 @@ async function loadAll(reason) {
     view.poolsFetchedAt = performance.now();
     view.poolsRevision = pools.revision;
     renderPools(pools);
-    renderNodes(view.page); // the rows' warnings about incomplete and invalid pools
   }
   if (view.detail && view.detail.kind === "node" && reason !== "detail") await loadDetail(true);
 }
@@ -305,7 +315,6 @@ function schedulePools() {
       view.poolsFetchedAt = performance.now();
       view.poolsRevision = pools.revision;
       renderPools(pools);
-      if (view.page) renderNodes(view.page);
     } catch (err) {
       deviceMap.errors.push(String(err && err.message));
     }
@@ -551,17 +560,6 @@ function labelsHTML(labels) {
   return `<span class="node-labels" title="${esc(title)}">${zone ? `<span class="zone">${esc(zone)}</span>` : ""}</span>`;
 }
 
-/** Pools of a node that are not complete (their devices are not offered, so not drawn): node -> pools. */
-function problemPools() {
-  const byNode = new Map();
-  for (const pool of asList(view.pools && view.pools.pools)) {
-    if (!pool.node || !pool.status || pool.status === "complete") continue;
-    if (!byNode.has(pool.node)) byNode.set(pool.node, []);
-    byNode.get(pool.node).push(pool);
-  }
-  return byNode;
-}
-
 function poolWarningsHTML(pools) {
   return asList(pools)
     .map(
@@ -572,8 +570,10 @@ function poolWarningsHTML(pools) {
     .join("");
 }
 
-function nodeRowHTML(node, pools) {
+/** A row warns of the node's incomplete and invalid pools (their devices are not offered, so not drawn). */
+function nodeRowHTML(node) {
   const devices = asList(node.devices);
+  const pools = asList(node.poolProblems);
   return `<div class="node-head">
       <div class="node-title"><button type="button" class="node-name" data-node-open="${esc(node.name)}" title="details of ${esc(node.name)}">${esc(node.name)}</button>
       ${labelsHTML(node.labels)}</div>
@@ -597,18 +597,16 @@ function renderNodes(page) {
     // Keyed update: rows whose data did not change keep their elements (and focus, and hover).
     if (!container.querySelector(".node")) container.innerHTML = "";
     const rows = new Map();
-    const problems = problemPools();
     let previous = null;
     for (const node of nodes) {
-      const pools = problems.get(node.name);
-      const key = JSON.stringify([node, pools]);
+      const key = JSON.stringify(node);
       let row = view.rows.get(node.name);
       if (!row || row.key !== key) {
         const element = row ? row.element : document.createElement("article");
         element.className = "node";
         element.dataset.node = node.name;
         element.setAttribute("aria-label", `node ${node.name}`);
-        element.innerHTML = nodeRowHTML(node, pools);
+        element.innerHTML = nodeRowHTML(node);
         row = { key, element };
       }
       rows.set(node.name, row);
@@ -668,6 +666,7 @@ function tooltipHTML(device) {
     ["pool", device.pool],
     ["group", device.group],
     ["use", device.use],
+    ["nominated", nominationText(device)],
     [claims.length === 1 ? "claim" : "claims", claims.join("\n")],
     [pods.length === 1 ? "pod" : "pods", pods.join("\n")],
     ["taints", taints.join("\n")],
@@ -801,6 +800,7 @@ function deviceDetailHTML(device) {
     ["pool", device.pool],
     ["counter set", device.group],
     ["use", device.use],
+    ["nominated", nominationText(device)],
     ["taints", asList(device.taints).map(taintText).join(", ")],
   ].filter(([, v]) => v);
   return `<section class="device-detail" data-detail-device="${esc(device.id)}">
@@ -966,9 +966,10 @@ function renderPending(pending) {
         const reason = pod.explained ? pod.summary || "" : "";
         const fit = /^(\d+)\/(\d+) nodes/.exec(reason);
         const fits = fit ? (Number(fit[1]) > 0 ? "some" : "none") : "";
-        return `<li class="pod" data-pod="${esc(pod.pod)}" data-explained="${pod.explained ? "true" : "false"}" data-fits="${fits}">
+        return `<li class="pod" data-pod="${esc(pod.pod)}" data-explained="${pod.explained ? "true" : "false"}" data-fits="${fits}" data-rejected="${pod.rejected ? "true" : "false"}">
         <div class="pod-head">
           <button type="button" class="pod-name link" data-why="${esc(pod.pod)}" title="why is it pending? (debug/why)">${esc(pod.pod)}</button>
+          ${pod.rejected ? '<span class="rejected-badge" title="the extender\'s last filter of this pod found no node for it">no node fits</span>' : ""}
           <span class="pod-meta">${pod.priority ? `prio ${esc(pod.priority)} · ` : ""}${esc(age(pod.ageSeconds))}</span>
         </div>
         ${claims.length ? `<div class="pod-claims muted" title="${esc(claims.join("\n"))}">${esc(plural(claims.length, "claim"))}: ${esc(claims.join(", "))}</div>` : ""}
