@@ -80,3 +80,17 @@ def test_polling_takes_over_when_the_event_stream_fails(page: Any, demo: Server,
     # polled every 2 s: well within the default timeout
     expect(page.locator(f"#nodes .cell[data-device-id='{device_id}']")).to_have_attribute("data-state", "allocated")
     assert_not_reloaded(page)
+
+
+def test_a_pod_the_filter_finds_no_node_for_is_listed_first_with_a_badge(page: Any, demo: Server) -> None:
+    open_map(page, demo.ui)
+    pods = {p["pod"]: p for p in demo.get("ui/api/pending")["pods"]}
+    big = pods["default/big-training"]  # nine large GPUs: no node of the demo has more than eight
+    item = page.locator("#pending li[data-pod='default/big-training']")
+    expect(item).to_have_attribute("data-rejected", "false")
+    expect(item.locator(".rejected-badge")).to_have_count(0)
+    pod = {"metadata": {"name": "big-training", "namespace": "default", "uid": big["uid"]}}
+    assert demo.post("filter", {"Pod": pod, "NodeNames": ALL_NODES})["NodeNames"] in (None, [])
+    expect(page.locator("#pending li.pod").first).to_have_attribute("data-pod", "default/big-training")
+    expect(item).to_have_attribute("data-rejected", "true")
+    expect(item.locator(".rejected-badge")).to_have_text("no node fits")
