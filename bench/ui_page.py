@@ -237,6 +237,10 @@ def wait_live(page: Any) -> None:
 def screenshot(page: Any, path: str, nodes: int | None) -> None:
     target = Path(path.replace("{nodes}", str(nodes)) if nodes is not None else path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    # the pending list's first pods are explained in the background: show them explained
+    first_reasons = "#pending li[data-pod]:nth-child(-n+3) [data-reason] .muted"
+    with contextlib.suppress(Exception):  # not explained within the time: the picture as it is
+        page.wait_for_function(f"!document.querySelector({first_reasons!r})", timeout=30_000)
     page.mouse.move(0, 0)
     time.sleep(0.3)
     page.screenshot(path=str(target))

@@ -1073,6 +1073,11 @@ class _Search:
                 undo()
             return out
         devices = self.devices
+        if len(devices) - start < plan.count - d:
+            # The request still needs more devices than positions are left (devices are taken in
+            # increasing position): no branch below can succeed. Without this a request for more
+            # devices than the node has tries every subset of them (2^n steps) before failing.
+            return _FAIL
         allocated = self.a.allocated.devices
         allocating = self.allocating
         for position in range(start, len(devices)):
