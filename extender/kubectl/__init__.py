@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Sequence
 from typing import NoReturn, TextIO
@@ -85,6 +86,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(run(argv))
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
+        return 1
+    except BrokenPipeError:
+        # the reader went away (``kubectl dra devices | head``): stop quietly, as kubectl does;
+        # stdout goes to /dev/null so that the interpreter's own flush at exit cannot fail again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return 1
 
 

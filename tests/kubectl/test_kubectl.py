@@ -410,6 +410,14 @@ async def test_the_console_script(kubeconfig: str) -> None:
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 1
     assert err.decode().splitlines() == ['error: pod "nobody" not found in namespace "default"']
+    # a reader that goes away (``| head``; here ``| true``, which reads nothing): no traceback
+    process = await asyncio.create_subprocess_shell(
+        f"{shlex.quote(str(script))} devices --kubeconfig {shlex.quote(kubeconfig)} | true",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert err == b"", err.decode()
 
 
 # --- the README's commands --------------------------------------------------------------------------
