@@ -69,8 +69,7 @@ def _allocate(args: argparse.Namespace) -> int:
             return 2
         wanted.append(claim)
     # Nodes named by slices but not listed in the files match by name only (no labels known).
-    names = set(store.nodes) | {s.node_name for s in store.slices.values() if s.node_name}
-    nodes = [store.node(n) for n in (args.node or sorted(names))]
+    nodes = [store.node(n) for n in (args.node or store.known_node_names())]
     features = Features()
     allocated = store.allocated_state()  # every allocated claim holds its devices
     allocator = Allocator(

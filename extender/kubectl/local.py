@@ -13,11 +13,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from extender.backends.embedded import EmbeddedBackend
+from extender.core.convert import encode_attribute_value
 from extender.core.errors import ExtenderError
-from extender.core.model import DeviceID, UnparsedVersion
+from extender.core.model import DeviceID
 from extender.manifests import ManifestError
 from extender.state.service import SchedulingService
-from extender.state.why import known_node_names, why
+from extender.state.why import why
 
 __all__ = ["NO_SCHEDULE_EFFECTS", "PodNotFound", "Snapshot", "device_rows"]
 
@@ -69,7 +70,7 @@ class Snapshot:
 
     @property
     def node_names(self) -> list[str]:
-        return known_node_names(self.backend.store)
+        return self.backend.store.known_node_names()
 
     def pod(self, namespace: str, name: str) -> dict[str, Any]:
         pod = self.backend.get("Pod", namespace, name)
@@ -164,7 +165,7 @@ def device_rows(snapshot: Snapshot, nodes: Sequence[str] | None = None) -> list[
                     "state": state,
                     "claims": claims,
                     "pods": _pods_of(snapshot, claims),
-                    "attributes": {k: _attribute(v) for k, v in device.attributes.items()},
+                    "attributes": {k: encode_attribute_value(v) for k, v in device.attributes.items()},
                     "capacity": {k: str(v.value) for k, v in device.capacity.items()},
                 }
             )
@@ -180,12 +181,6 @@ def _pods_of(snapshot: Snapshot, claim_keys: Iterable[str]) -> list[str]:
     return sorted(set(pods))
 
 
-def _attribute(value: object) -> object:
-    if isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, UnparsedVersion):
-        return value.text
-    return str(value)
 
 
 def _name(obj: Mapping[str, Any]) -> str:

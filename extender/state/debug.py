@@ -14,10 +14,10 @@ from typing import Any
 
 from extender.core.answers import NOT_AVAILABLE, NOT_SYNCED, Unresolvable
 from extender.core.classic import EXCLUDED_BY_CLASS, WAITING_FOR_DRIVER, PendingClassic, may_select, node_problem
-from extender.core.convert import V1ALPHA3, resource_claim_to_v1
+from extender.core.convert import V1ALPHA3, encode_attribute_value, resource_claim_to_v1
 from extender.core.errors import ExtenderError
 from extender.core.explain import explain_node
-from extender.core.model import DeviceID, NodeInfo, PodSchedulingContext, UnparsedVersion
+from extender.core.model import DeviceID, NodeInfo, PodSchedulingContext
 from extender.state import cooperative
 from extender.state.claims import PodClaims, pod_identity
 from extender.state.cluster import ClusterView
@@ -121,7 +121,7 @@ class DebugViews:
                 "pool": entry.id.pool,
                 "device": entry.id.device,
                 "slice": entry.slice.name,
-                "attributes": {k: _attribute_json(v) for k, v in entry.device.attributes.items()},
+                "attributes": {k: encode_attribute_value(v) for k, v in entry.device.attributes.items()},
                 "capacity": {k: str(v.value) for k, v in entry.device.capacity.items()},
                 "claims": holders.get(entry.id, []),
             }
@@ -300,9 +300,3 @@ def _classic_verdict(entry: PendingClassic, node: NodeInfo, potential: frozenset
     return CLASSIC_NOT_ASKED, "not among the published potentialNodes: the driver was not asked about the node yet"
 
 
-def _attribute_json(value: object) -> object:
-    if isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, UnparsedVersion):
-        return value.text
-    return str(value)

@@ -42,6 +42,7 @@ from typing import Any
 import structlog
 
 from extender.core.cel import CelCompileError
+from extender.core.convert import encode_attribute_value
 from extender.core.model import AllocatedState, Device, DeviceClass, DeviceID, ResourceSlice
 from extender.core.pools import CounterKey, DeviceEntry, NodeView, Pool, PoolNodeSelectionError
 from extender.core.quantity import Quantity
@@ -335,11 +336,6 @@ def _taint_json(device: Device) -> list[dict[str, str]]:
     return [{"key": t.key, "value": t.value, "effect": t.effect} for t in device.taints]
 
 
-def _attribute_json(value: object) -> object:
-    if isinstance(value, bool | int | str):
-        return value
-    text = getattr(value, "text", None)  # an unparsed version keeps its text
-    return text if isinstance(text, str) else str(value)
 
 
 def _unique(values: Iterable[str]) -> list[str]:
@@ -720,10 +716,8 @@ class DeviceMap:
         if self._names and keys == self._node_keys and self._snapshot is self._names_snapshot:
             pass  # same nodes, same slices: the names stand
         else:
-            names = set(keys)
-            names.update(s.node_name for s in store.slices.values() if s.node_name)
-            self._names = sorted(names)
-            self._name_set = frozenset(names)
+            self._names = store.known_node_names()
+            self._name_set = frozenset(self._names)
             self._node_keys = set(keys)
             self._names_snapshot = self._snapshot
         snapshot = store.snapshot()
@@ -1065,7 +1059,7 @@ class DeviceMap:
             device = row.entry.device
             detail = dict(body)
             detail["slice"] = row.entry.slice.name
-            detail["attributes"] = {k: _attribute_json(v) for k, v in device.attributes.items()}
+            detail["attributes"] = {k: encode_attribute_value(v) for k, v in device.attributes.items()}
             detail["capacity"] = {k: str(v.value) for k, v in device.capacity.items()}
             detail["claims"] = [
                 {

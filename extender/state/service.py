@@ -48,7 +48,7 @@ from extender.state.recovery import deallocate_claim, stuck_claim
 from extender.state.rejected import RejectedPods
 from extender.state.stats import ServiceStats
 from extender.state.verdicts import FilterOutcome, VerdictCache
-from extender.state.why import known_node_names, why
+from extender.state.why import why
 
 __all__ = [
     "DEFAULT_BIND_DEADLINE_SECONDS",
@@ -357,7 +357,7 @@ class SchedulingService:
     async def why_cooperatively(self, pod: Mapping[str, Any]) -> dict[str, Any]:
         """Why the pod does not fit (``why.py``) over every node the extender knows, letting the
         event loop run during a long search."""
-        return await cooperative.run(why, self.views, pod, known_node_names(self.store))
+        return await cooperative.run(why, self.views, pod, self.store.known_node_names())
 
     def debug_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.views.claim(namespace, name)
@@ -377,8 +377,7 @@ class SchedulingService:
         are cached as values and surface when a pod reaches the device, as usual."""
         store = self.store
         snapshot = store.snapshot()
-        names = set(store.nodes)
-        names.update(s.node_name for s in store.slices.values() if s.node_name)
+        names = store.known_node_names()
         for name in names:
             try:
                 snapshot.node_view(store.node(name), self.features)

@@ -480,6 +480,13 @@ class ObjectStore:
             node = NodeInfo(name)
         return node
 
+    def known_node_names(self) -> list[str]:
+        """Every node the extender knows, sorted: the Node objects, and the nodes slices name (those
+        match by name only, ``node``)."""
+        names = set(self.nodes)
+        names.update(s.node_name for s in self.slices.values() if s.node_name)
+        return sorted(names)
+
     def device_count(self) -> int:
         return sum(len(s.devices) for s in self.slices.values())
 

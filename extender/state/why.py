@@ -42,14 +42,12 @@ from extender.core.model import DeviceID, ExactRequest, NodeInfo, NodeSelector, 
 from extender.core.nodeselector import node_matches
 from extender.state.claims import pod_identity
 from extender.state.debug import DebugViews
-from extender.state.store import ObjectStore
 
 __all__ = [
     "CLOSEST_SHOWN",
     "EXAMPLES_PER_REASON",
     "FITS_SHOWN",
     "NODE_SELECTOR_MISMATCH",
-    "known_node_names",
     "why",
 ]
 
@@ -658,9 +656,3 @@ def _names(nodes: Sequence[str]) -> str:
     return shown + (f" and {len(nodes) - EXAMPLES_PER_REASON} more" if len(nodes) > EXAMPLES_PER_REASON else "")
 
 
-def known_node_names(store: ObjectStore) -> list[str]:
-    """Every node the extender knows: the Node objects, and the nodes slices name (those match by
-    name only). Sorted."""
-    names = set(store.nodes)
-    names.update(s.node_name for s in store.slices.values() if s.node_name)
-    return sorted(names)

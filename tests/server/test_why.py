@@ -19,7 +19,7 @@ from extender.backends.embedded import EmbeddedBackend
 from extender.core.convert import V1
 from extender.server import ServerSettings, create_app
 from extender.state.service import SchedulingService
-from extender.state.why import NODE_SELECTOR_MISMATCH, known_node_names, why
+from extender.state.why import NODE_SELECTOR_MISMATCH, why
 
 Client = TestClient[Any, Any]
 CLUSTER = Path(__file__).parent / "fixtures" / "why-cluster.yaml"
@@ -189,7 +189,7 @@ async def test_not_synced_is_an_error_not_a_guess(backend: EmbeddedBackend) -> N
     backend._synced = False
     pod = backend.get("Pod", "default", "big-job")
     assert pod is not None
-    doc = why(service.views, pod, known_node_names(backend.store))
+    doc = why(service.views, pod, backend.store.known_node_names())
     assert doc["error"] == "cache not synced yet"
     assert doc["suggestions"][0]["kind"] == "wait"
 
@@ -288,7 +288,7 @@ async def test_why_lets_the_event_loop_run_between_nodes(backend: EmbeddedBacken
 
     pod = service.debug_pod("default", "big-job")
     assert pod is not None
-    expected = why(service.views, pod, known_node_names(service.store))
+    expected = why(service.views, pod, service.store.known_node_names())
     task = asyncio.create_task(other_requests())
     await asyncio.sleep(0)
     turns = 0
@@ -296,4 +296,4 @@ async def test_why_lets_the_event_loop_run_between_nodes(backend: EmbeddedBacken
     done = True
     await task
     assert answer == expected
-    assert turns >= len(known_node_names(service.store)) - 1
+    assert turns >= len(service.store.known_node_names()) - 1

@@ -35,7 +35,7 @@ from ._claims import (
     decode_resource_claim,
     decode_resource_claim_template,
 )
-from ._encode import encode_allocation_result, encode_node_selector, encode_toleration
+from ._encode import encode_allocation_result, encode_attribute_value, encode_node_selector, encode_toleration
 from ._objects import DecodedObject, decode_node, decode_node_selector, decode_object
 from ._scheduling import POD_SCHEDULING_NODE_LIST_MAX_SIZE, decode_pod_scheduling_context
 from ._slices import decode_resource_slice
@@ -62,6 +62,7 @@ __all__ = [
     "decode_resource_slice",
     "device_class_to_v1",
     "encode_allocation_result",
+    "encode_attribute_value",
     "encode_node_selector",
     "encode_toleration",
     "resource_claim_template_to_v1",

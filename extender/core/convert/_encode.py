@@ -13,12 +13,14 @@ from typing import Any
 from extender.core.model import (
     AllocationConfig,
     AllocationResult,
+    AttributeValue,
     DeviceResult,
     DeviceToleration,
     NodeSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
     OpaqueConfig,
+    UnparsedVersion,
 )
 
 from ._base import SERVED_VERSIONS
@@ -112,3 +114,13 @@ def _requirement(requirement: NodeSelectorRequirement) -> dict[str, Any]:
     if requirement.values:
         encoded["values"] = list(requirement.values)
     return encoded
+
+
+def encode_attribute_value(value: AttributeValue) -> object:
+    """A device attribute as plain JSON, for the debug views and tools: bools, ints and strings as
+    they are; a version (parsed or not) and anything else by its text."""
+    if isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, UnparsedVersion):
+        return value.text
+    return str(value)
