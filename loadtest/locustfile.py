@@ -65,9 +65,55 @@ def _arguments(parser: Any) -> None:
         default=16,
         help="one-GPU template pods kept aside for FilterUser (never bound); default 16",
     )
+    parser.add_argument(
+        "--stop-after",
+        type=int,
+        env_var="DRA_LOADTEST_STOP_AFTER",
+        default=0,
+        help="end the run (before --run-time) once this many pods are scheduled and, when FilterUser "
+        "runs, this many read filters answered: a run as long as its work, not a time; default 0: off",
+    )
 
 
 events.init_command_line_parser.add_listener(_arguments)  # type: ignore[no-untyped-call]
+
+
+class _StopAfter:
+    """``--stop-after N``: counts scheduled pods and read filters, and quits the run once every
+    scenario that runs has done N of its own (the smoke test's run ends on work done, so a slow
+    machine makes it longer, never emptier)."""
+
+    def __init__(self, environment: Environment, enough: int) -> None:
+        self.environment = environment
+        self.enough = enough
+        # which scenario makes each count (the classes that run are known once the run starts)
+        self.scenarios = {("POD", "scheduled"): "SchedulerUser", ("POST", "filter (read)"): "FilterUser"}
+        self.counts = dict.fromkeys(self.scenarios, 0)
+        self.quitting = False
+
+    def request(self, request_type: str, name: str, exception: Any = None, **_: Any) -> None:
+        key = (request_type, name)
+        if key not in self.counts or exception is not None or self.quitting:
+            return
+        self.counts[key] += 1
+        running = {cls.__name__ for cls in self.environment.user_classes}
+        if all(self.counts[k] >= self.enough for k, scenario in self.scenarios.items() if scenario in running):
+            self.quitting = True
+            runner = self.environment.runner
+            if runner is not None:
+                import gevent
+
+                gevent.spawn(runner.quit)  # not from this user's own greenlet: quit stops them all
+
+
+def _on_init(environment: Environment, **_: Any) -> None:
+    options = environment.parsed_options
+    enough = int(getattr(options, "stop_after", 0) or 0) if options is not None else 0
+    if enough > 0:
+        environment.events.request.add_listener(_StopAfter(environment, enough).request)
+
+
+events.init.add_listener(_on_init)  # type: ignore[no-untyped-call]
 
 
 def _load_objects(path: Path) -> list[dict[str, Any]]:

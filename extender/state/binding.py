@@ -131,6 +131,13 @@ class Binder:
         self._claim_waiters: dict[str, list[asyncio.Event]] = {}
         self.store.claim_listeners.append(self._claim_or_pod_changed)
 
+    def waiting_for_claims(self, pod_key: str) -> bool:
+        """Whether a bind of the pod (``namespace/name``) is waiting right now for the
+        resourceclaim controller to create its template claims (``_with_created_claims``). Read
+        only; it lets a caller (a test) know that a bind has reached that wait instead of
+        guessing with a sleep."""
+        return pod_key in self._claim_waiters
+
     async def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
         # Before anything is decided or written: a replica that may not write refuses here, so a
         # standby sends no request that changes the cluster (``Backend.ensure_leader``).

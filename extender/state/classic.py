@@ -95,8 +95,9 @@ class ClassicNegotiator:
         self._publishers: dict[str, asyncio.Task[None]] = {}
         self._publish_failed: dict[str, str] = {}
         self._binding: set[str] = set()
-        # Binds waiting for a driver, by namespace (``_changed`` wakes them).
+        # Binds waiting for a driver, by namespace (``_changed`` wakes them), and their pods' keys.
         self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._waiting_pods: set[str] = set()
         self.store.claim_listeners.append(self._changed)
 
     # --- filter ---------------------------------------------------------------------------------
@@ -182,6 +183,17 @@ class ClassicNegotiator:
     def publishing(self, key: str) -> bool:
         """Whether a publish for the pod ``namespace/name`` is queued or under way."""
         return key in self._publishers or key in self._wanted
+
+    def quiesced(self, key: str) -> bool:
+        """Whether publishing for the pod ``namespace/name`` is stopped because its bind writes the
+        context now (from ``quiesce`` to ``resume``). Read only: it lets a caller (a test) know
+        that a bind has reached that point instead of guessing with a sleep."""
+        return key in self._binding
+
+    def waiting_for_drivers(self, key: str) -> bool:
+        """Whether a bind of the pod ``namespace/name`` has written ``selectedNode`` and is now
+        waiting for the drivers to allocate (``allocate_for``). Read only, like ``quiesced``."""
+        return key in self._waiting_pods
 
     def resume(self, pod: Mapping[str, Any]) -> None:
         self._binding.discard("/".join(pod_identity(pod)[:2]))
@@ -320,19 +332,21 @@ class ClassicNegotiator:
         claim goes, or the time runs out (``selectedNode`` stays set then, so that the driver can
         finish: the retry finds the claims allocated for the node)."""
         namespace, name, _ = pod_identity(pod)
+        key = f"{namespace}/{name}"
         loop = asyncio.get_running_loop()
         started = loop.time()
         event = asyncio.Event()
         self._waiters.setdefault(namespace, set()).add(event)
         # A pod the store shows now and no longer shows later was deleted (one the watch has not
         # shown yet is simply not there yet).
-        in_store = f"{namespace}/{name}" in self.store.pods
+        in_store = key in self.store.pods
         try:
             await self.quiesce(pod, until)
             # a potentialNodes publish still queued goes out in the same write
-            wanted = self._take_wanted(f"{namespace}/{name}")
+            wanted = self._take_wanted(key)
             await _within(until, self.write_context(pod, selected=node, potential=wanted), "selecting the node")
             self.stats.waits += 1
+            self._waiting_pods.add(key)
             while True:
                 event.clear()
                 try:
@@ -352,6 +366,7 @@ class ClassicNegotiator:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), remaining)
         finally:
+            self._waiting_pods.discard(key)
             self.resume(pod)
             self.stats.wait_seconds += loop.time() - started
             waiters = self._waiters.get(namespace)

@@ -9,7 +9,8 @@ the allocator for a pod is built over both (``allocator``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Container, Mapping
+import time
+from collections.abc import Awaitable, Callable, Collection, Container, Mapping
 from typing import Any
 
 from extender.core.allocator import Allocator
@@ -36,6 +37,7 @@ class ClusterView:
         *,
         filter_timeout_seconds: float = DEFAULT_FILTER_TIMEOUT_SECONDS,
         slice_seconds: float = DEFAULT_SLICE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.backend = backend
         self.store = backend.store
@@ -45,12 +47,19 @@ class ClusterView:
         #: allocator works before it lets the event loop run (``extender.core.budget``).
         self.filter_timeout_seconds = filter_timeout_seconds
         self.slice_seconds = slice_seconds
+        #: Monotonic seconds for the search budgets (node deadlines, slices) and the nominations;
+        #: tests inject a clock they move themselves.
+        self.clock = clock
+        #: Awaited at every pause of a ``WatchedSearch`` (after the event loop's turn) before the
+        #: search goes on; None in production. Tests hold a search at a chosen pause here while
+        #: other requests run, instead of racing it with sleeps.
+        self.on_pause: Callable[[WatchedSearch], Awaitable[object]] | None = None
         #: Told of the entries ``refresh`` let expire (the holds count theirs).
         self.on_expired: Callable[[list[InFlightAllocation]], None] = lambda _entries: None
         #: UIDs of pods whose bind is running: their entries do not expire (``refresh``).
         self.binding: Container[str] = ()
         #: Devices held for preemptors (``state/preemption.py``), by every pod's filter and bind.
-        self.nominations = Nominations()
+        self.nominations = Nominations(clock)
         # In-flight allocations hold their devices like allocated claims do (and so change what
         # fits where): the store counts them in ``in_use_state``.
         ledger.listeners.append(self._in_flight_changed)
@@ -94,7 +103,7 @@ class ClusterView:
             self.refresh()
         store = self.store
         if budget is None:
-            budget = SearchBudget(self.filter_timeout_seconds, slice_seconds=self.slice_seconds)
+            budget = self.budget()
         return Allocator(
             claims.to_allocate,
             classes=store.classes,
@@ -105,6 +114,12 @@ class ClusterView:
             preallocated=claims.allocated,
             budget=budget,
         )
+
+    def budget(self, seconds: float | None = None) -> SearchBudget:
+        """A search budget on this view's clock that never lets others run: ``seconds`` per node,
+        the service's ``filter_timeout_seconds`` unless given."""
+        limit = self.filter_timeout_seconds if seconds is None else seconds
+        return SearchBudget(limit, slice_seconds=self.slice_seconds, clock=self.clock)
 
     def watched_search(
         self, nodes: Collection[str], *, on_first_pause: Callable[[], None] | None = None
@@ -152,7 +167,10 @@ class WatchedSearch:
         self._on_first_pause = on_first_pause
         self._registered: dict[str, tuple[int, int]] | None = None
         self.budget = SearchBudget(
-            cluster.filter_timeout_seconds, slice_seconds=cluster.slice_seconds, on_slice_end=self._slice_ended
+            cluster.filter_timeout_seconds,
+            slice_seconds=cluster.slice_seconds,
+            on_slice_end=self._slice_ended,
+            clock=cluster.clock,
         )
 
     @property
@@ -165,7 +183,8 @@ class WatchedSearch:
             self._registered = self._register()
             if self._on_first_pause is not None:
                 self._on_first_pause()
-        cooperative.slice_ended()
+        on_pause = self._cluster.on_pause
+        cooperative.slice_ended(None if on_pause is None else lambda: on_pause(self))
 
     def _register(self) -> dict[str, tuple[int, int]]:
         store, features = self._cluster.store, self._cluster.features

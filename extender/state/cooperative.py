@@ -21,13 +21,17 @@ search's Python stack while it is paused, so the allocator stays one plain recur
 What a paused search read may change meanwhile: callers check afterwards whether it did
 (``VerdictCache.verdicts``, ``Binder``). Called outside ``run`` (tests, explain, the CLI),
 ``slice_ended`` does nothing and the search simply runs to its end.
+
+``slice_ended(resume_after)`` may name what ``run`` awaits, after its turn of the loop, before the
+search goes on: ``ClusterView.on_pause`` uses it so that a test holds a search at a chosen pause
+while other requests run, instead of racing it with sleeps.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
 import greenlet
@@ -55,13 +59,27 @@ def can_pause() -> bool:
     return isinstance(greenlet.getcurrent(), _Cooperative)
 
 
-def slice_ended() -> None:
-    """The ``SearchBudget`` hook: let the event loop run (see the module docstring)."""
+#: What a pause may ask ``run`` to await before the search goes on (``slice_ended``).
+ResumeAfter = Callable[[], Awaitable[object]]
+
+
+class _Pause:
+    """What the search's greenlet hands ``run`` when it pauses."""
+
+    __slots__ = ("resume_after",)
+
+    def __init__(self, resume_after: ResumeAfter | None) -> None:
+        self.resume_after = resume_after
+
+
+def slice_ended(resume_after: ResumeAfter | None = None) -> None:
+    """The ``SearchBudget`` hook: let the event loop run (see the module docstring); inside ``run``,
+    the search goes on after one turn of the loop and, if given, once ``resume_after()`` is done."""
     current = greenlet.getcurrent()
     if isinstance(current, _Cooperative):
         parent = current.parent
         assert parent is not None
-        parent.switch()  # back to ``run``; it switches in again after one turn of the loop
+        parent.switch(_Pause(resume_after))  # back to ``run``, which switches in again later
     elif _FIRST_TRY.get():
         raise _Reschedule
 
@@ -82,6 +100,8 @@ async def run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         result = child.switch()
         while not child.dead:
             await asyncio.sleep(0)
+            if isinstance(result, _Pause) and result.resume_after is not None:
+                await result.resume_after()
             result = child.switch()
     finally:
         if not child.dead:  # cancelled while paused: unwind the search (its finally blocks run)

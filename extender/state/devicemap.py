@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -47,6 +46,7 @@ from extender.core.model import AllocatedState, Device, DeviceClass, DeviceID, R
 from extender.core.pools import CounterKey, DeviceEntry, NodeView, Pool, PoolNodeSelectionError
 from extender.core.quantity import Quantity
 from extender.state import cooperative
+from extender.state import why as why_module
 from extender.state.claims import pod_priority
 from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
@@ -415,6 +415,8 @@ class DeviceMap:
         clock: Callable[[], float] = time.time,
         explain_share: float = EXPLAIN_SHARE,
         rejected: RejectedPods | None = None,
+        timer: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
     ) -> None:
         self.cluster = cluster
         self.store = cluster.store
@@ -424,6 +426,9 @@ class DeviceMap:
         self.views = views
         self._extra_counters = extra_counters
         self._clock = clock
+        # how long each explanation took, and the rest after it (tests inject both)
+        self._timer = timer
+        self._sleep = sleep
         self._synced = cluster.backend.synced
         self._synced_changes = 0
         # what the listeners noted since the last read
@@ -1161,9 +1166,7 @@ class DeviceMap:
         moves the revision, which tells the page to fetch the list again. Until a pod's explanation
         is made afresh for the current state, the last one is shown with ``"stale": true``."""
         answer = self.pending(namespace)
-        why = _why_function()
-        if why is None:
-            return answer
+        why: _Why = why_module.why  # looked up now: tests put their own in its place
         current = self._data_revision()
         for body in answer["pods"][:EXPLAINED_PODS]:
             cached = self._explanations.get(body["uid"])
@@ -1190,7 +1193,6 @@ class DeviceMap:
                 await task
 
     async def _explain_wanted(self, why: _Why) -> None:
-        loop = asyncio.get_running_loop()
         try:
             while self._wanted:
                 uid, key = next(iter(self._wanted.items()))
@@ -1201,16 +1203,16 @@ class DeviceMap:
                 pod = self.store.pods.get(key)
                 if (cached is not None and cached[0] == current) or pod is None or not is_pending(pod):
                     continue
-                start = loop.time()
+                start = self._timer()
                 explanation = await self._explain(why, key, pod)
                 if len(self._explanations) >= 4 * EXPLAINED_PODS:
                     keep = {p.uid for p in self._pending_list("")[:EXPLAINED_PODS]}
                     self._explanations = {k: v for k, v in self._explanations.items() if k in keep}
                 self._explanations[uid] = (current, explanation)
                 self._explained += 1  # a new answer: the page hears of it through the revision
-                took = loop.time() - start
+                took = self._timer() - start
                 if self._wanted and self.explain_share < 1:
-                    await asyncio.sleep(took * (1 - self.explain_share) / self.explain_share)
+                    await self._sleep(took * (1 - self.explain_share) / self.explain_share)
         finally:
             if self._explainer is asyncio.current_task():
                 self._explainer = None
@@ -1229,14 +1231,3 @@ class DeviceMap:
 
 
 _Why = Callable[[DebugViews, Mapping[str, Any], Sequence[str]], dict[str, Any]]
-
-
-def _why_function() -> _Why | None:
-    """``extender.state.why.why`` when that module exists (written separately; until then the
-    pending pods are listed without explanations)."""
-    try:
-        module = importlib.import_module("extender.state.why")
-    except ImportError:
-        return None
-    found = getattr(module, "why", None)
-    return found if callable(found) else None

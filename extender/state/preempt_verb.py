@@ -51,7 +51,6 @@ import structlog
 
 from extender.core.allocator import Allocation
 from extender.core.answers import Unresolvable
-from extender.core.budget import SearchBudget
 from extender.core.errors import AllocationTimedOut, ExtenderError
 from extender.core.model import AllocatedState
 from extender.core.preemption import Victim, by_importance, choose_victims, protected_victims, released
@@ -200,7 +199,7 @@ class PreemptVerb:
             raise _OutOfTime
         limit = self.cluster.filter_timeout_seconds
         seconds = min(limit, remaining) if limit else remaining
-        allocator = self.cluster.allocator(claims, refresh=False, budget=SearchBudget(seconds), allocated=state)
+        allocator = self.cluster.allocator(claims, refresh=False, budget=self.cluster.budget(seconds), allocated=state)
         try:
             answer = allocator.answer(self.store.node(node))
         except AllocationTimedOut:

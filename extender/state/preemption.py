@@ -42,7 +42,6 @@ from typing import Any
 import structlog
 
 from extender.core.allocator import Allocation, Allocator
-from extender.core.budget import SearchBudget
 from extender.core.errors import EvictionRefused, ExtenderError, ObjectNotFound
 from extender.core.model import AllocatedState, AllocationResult
 from extender.core.preemption import (
@@ -384,7 +383,7 @@ class DevicePreemption:
             features=self.cluster.features,
             selectors=store.selectors,
             preallocated=claims.allocated,
-            budget=SearchBudget(self.cluster.filter_timeout_seconds),
+            budget=self.cluster.budget(),
         )
         try:
             answer = allocator.answer(store.node(node))

@@ -21,6 +21,7 @@ fails the attempt with ``Error``. ``filter`` and ``prioritize`` change nothing b
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -84,6 +85,7 @@ class SchedulingService:
         filter_timeout_seconds: float = DEFAULT_FILTER_TIMEOUT_SECONDS,
         preemption: bool = True,
         preempt_timeout_seconds: float = DEFAULT_PREEMPT_TIMEOUT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``on_rejected`` is told of every pod that no offered node fits (the kube backend uses it
         to requeue such pods quickly once devices free up). ``hold_seconds`` > 0 turns on the
@@ -93,10 +95,13 @@ class SchedulingService:
         live unless a ``ledger`` is given), ``filter_timeout_seconds`` each node's search budget
         (upstream's ``filterTimeout``; 0: none); ``preemption`` turns device-aware preemption on
         (``preemption.py``); the preempt verb decides within 80 % of ``preempt_timeout_seconds``
-        (``preempt_verb.py``)."""
+        (``preempt_verb.py``). ``clock`` (monotonic seconds) times the searches, the in-flight
+        entries of a ledger made here, the nominations and the preempt verb; tests inject their own."""
         self.backend = backend
         self.store = backend.store
-        self.ledger = ledger if ledger is not None else InFlightLedger(ttl_seconds=ledger_ttl(bind_deadline_seconds))
+        self.ledger = ledger if ledger is not None else InFlightLedger(
+            ttl_seconds=ledger_ttl(bind_deadline_seconds), clock=clock
+        )
         self.features = features
         self.scoring = scoring if scoring is not None else ScoringPolicy.parse("binpack=1,prioritized=1")
         self.scoring_annotation = scoring_annotation
@@ -105,14 +110,18 @@ class SchedulingService:
         #: The pods the last filter (the verb's, not an explanation's) found no node for.
         self.rejected = RejectedPods()
         binding: set[str] = set()  # UIDs of pods with a bind running
-        self.cluster = ClusterView(backend, self.ledger, features, filter_timeout_seconds=filter_timeout_seconds)
+        self.cluster = ClusterView(
+            backend, self.ledger, features, filter_timeout_seconds=filter_timeout_seconds, clock=clock
+        )
         self.cluster.binding = binding
         self.verdicts = VerdictCache(self.cluster, features)
         self.classic = ClassicNegotiator(self.cluster)
         self.preemption = DevicePreemption(self.cluster, enabled=preemption)
         # per pod UID, the nodes of its last filter request of several nodes (``_remember_offered``)
         self._offered: dict[str, Sequence[str]] = {}
-        self.preempt_verb = PreemptVerb(self.cluster, self.preemption, timeout_seconds=preempt_timeout_seconds)
+        self.preempt_verb = PreemptVerb(
+            self.cluster, self.preemption, timeout_seconds=preempt_timeout_seconds, clock=clock
+        )
         self.holds = Holds(self.cluster, self.stats, seconds=hold_seconds, binding=binding)
         self.binder = Binder(
             self.cluster,

@@ -42,8 +42,9 @@ What it emulates (each piece documented where it lives):
   conflicts, ``force`` (``apply.py``);
 - garbage collection of a deleted (or evicted) pod's PodSchedulingContexts and ResourceClaims
   (controller owner references), synchronous with the pod's removal (``registry.py``);
-- bearer-token auth (401), RBAC-like denials (403 naming verb and resource);
-- scripted faults (``faults.py``): fail N requests, delay, hang, drop watches; ``restart()``.
+- bearer-token or basic auth (401), RBAC-like denials (403 naming verb and resource);
+- scripted faults (``faults.py``): fail N requests, delay, hang, drop watches; ``restart()``;
+  ``hold()`` requests until the test releases them (``Gate``).
 
 Every request is recorded in ``fake.requests`` (method, path, query, body, status).
 Deliberate simplifications: no defaulting, no managedFields (apply's ownership is a side table),
@@ -55,6 +56,7 @@ between resource.k8s.io versions of different shapes.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import random
 import re
@@ -87,7 +89,7 @@ from .selectors import parse_field_selector, parse_label_selector
 from .storage import Change, Storage
 from .watches import WatchStream
 
-__all__ = ["FakeApiServer", "RequestRecord", "Target"]
+__all__ = ["FakeApiServer", "Gate", "RequestRecord", "Target"]
 
 #: Set by a ``drop_watch`` rule: object events the stream may carry before it is cut.
 DROP_AFTER = web.RequestKey("drop_after", int)
@@ -127,6 +129,42 @@ class Target:
     subresource: str
 
 
+class Gate:
+    """Requests held by ``FakeApiServer.hold``: the next ``times`` matching requests (None: all)
+    wait, before any other fault applies, until ``release()``; later ones pass. ``await
+    arrived(n)`` returns once ``n`` of them have reached the gate, so a test knows a request is in
+    flight and unanswered without guessing with a sleep."""
+
+    def __init__(self, method: str | None, path: str, times: int | None, watch: bool | None) -> None:
+        self._rule = FaultRule("delay", method, path, watch, times=times)  # only its matching is used
+        self._open = asyncio.Event()
+        self._arrival = asyncio.Event()
+
+    @property
+    def held(self) -> int:
+        """How many requests have reached the gate (released or not)."""
+        return self._rule.hits
+
+    async def arrived(self, count: int = 1, *, timeout: float = 30.0) -> None:
+        """Until ``count`` requests have reached the gate (``timeout``: a bound against a hang)."""
+        async with asyncio.timeout(timeout):
+            while self.held < count:
+                await self._arrival.wait()
+
+    def release(self) -> None:
+        """Let the held requests (and any later matching ones) go on."""
+        self._open.set()
+
+    async def pass_through(self, method: str, path: str, is_watch: bool) -> None:
+        """(The fake's request handling.) Wait here if the request is one to hold."""
+        if self._open.is_set() or not self._rule.matches(method, path, is_watch):
+            return
+        self._rule.hits += 1
+        self._arrival.set()
+        self._arrival = asyncio.Event()
+        await self._open.wait()
+
+
 @dataclass
 class _Denial:
     verb: str
@@ -140,6 +178,8 @@ class FakeApiServer:
 
     ``resource_versions``: the resource.k8s.io versions served (discovery and URLs).
     ``token``: when set, every request but health checks needs ``Authorization: Bearer <token>``.
+    ``basic_auth``: (user, password); when set, every request but health checks needs
+    ``Authorization: Basic <base64 of user:password>`` (or the bearer token, if both are set).
     ``bookmark_interval``: seconds between BOOKMARK events on watches that allow them (None: only
     when ``send_bookmarks()`` is called). ``watch_timeout``: server-side cap on a watch (like
     ``--min-request-timeout``). ``retain_changes``: compact the change log beyond this many entries.
@@ -155,6 +195,7 @@ class FakeApiServer:
 
     resource_versions: Sequence[str] = ("v1", "v1beta2", "v1beta1")
     token: str | None = None
+    basic_auth: tuple[str, str] | None = None
     user: str = DEFAULT_USER
     bookmark_interval: float | None = 60.0
     watch_timeout: float | None = None
@@ -188,6 +229,7 @@ class FakeApiServer:
         self._denials: list[_Denial] = []
         self._watches: set[WatchStream] = set()
         self._release = asyncio.Event()
+        self._gates: list[Gate] = []
         for namespace in self.namespaces:
             self.put_object(
                 {
@@ -369,6 +411,15 @@ class FakeApiServer:
         ``watch``): an API server's latency."""
         return self.faults.add(FaultRule("delay", method, path, watch, times=times, seconds=seconds))
 
+    def hold(
+        self, method: str | None = None, path: str = "", *, times: int | None = 1, watch: bool | None = None
+    ) -> Gate:
+        """Hold the next ``times`` matching requests until ``gate.release()`` (``Gate``): a slow
+        API server whose answer comes exactly when the test says, on any machine."""
+        gate = Gate(method, path, times, watch)
+        self._gates.append(gate)
+        return gate
+
     def hang(self, method: str | None = None, path: str = "", *, times: int | None = 1) -> FaultRule:
         """Never answer matching requests; the connection is closed by ``release_hangs()``,
         ``restart()`` or shutdown."""
@@ -463,7 +514,7 @@ class FakeApiServer:
         path = request.path
         if path in _HEALTH:
             return web.Response(text="ok")
-        if self.token is not None and request.headers.get("Authorization") != f"Bearer {self.token}":
+        if not self._authenticated(request.headers.get("Authorization", "")):
             raise st.unauthorized()
         target = self._parse_target(path)
         await self._apply_faults(request, record, target)
@@ -476,7 +527,18 @@ class FakeApiServer:
             raise st.bad_request(f"couldn't get version/kind; json parse error: {record.body[:80]!r} is not JSON")
         return await self._resource(request, record, target)
 
+    def _authenticated(self, authorization: str) -> bool:
+        """Whether ``authorization`` is one the fake accepts (anything when no auth is set)."""
+        accepted = []
+        if self.token is not None:
+            accepted.append(f"Bearer {self.token}")
+        if self.basic_auth is not None:
+            accepted.append("Basic " + base64.b64encode(":".join(self.basic_auth).encode()).decode())
+        return not accepted or authorization in accepted
+
     async def _apply_faults(self, request: web.Request, record: RequestRecord, target: Target | None) -> None:
+        for gate in tuple(self._gates):  # the gates armed when it arrived, not those armed while it waits
+            await gate.pass_through(request.method, request.path, record.is_watch)
         delays, rule = self.faults.select(request.method, request.path, record.is_watch)
         for delay in delays:
             await asyncio.sleep(delay.seconds)
@@ -720,6 +782,8 @@ class FakeApiServer:
         """End watches and hangs so a shutdown does not wait for them."""
         self.drop_watches()
         self._release.set()
+        for gate in self._gates:
+            gate.release()
 
     async def _on_shutdown(self, _app: web.Application) -> None:
         self.close_everything()

@@ -5,8 +5,8 @@ The state machine is the one the embedded backend simulates drivers with
 library, §1.4); here it reads the fake's storage as an informer cache would (in place, never
 changed) and writes over HTTP like a real controller, so every write meets the fake's validation,
 its optimistic concurrency and its faults. It learns of changes from the storage's change feed.
-Knobs (``DriverKnobs``): ``set_reserved_for``, ``allocate_delay``, ``fail_allocation``,
-``recheck_seconds``; ``crash()`` and ``restart()`` stop and start it.
+Knobs (``DriverKnobs``): ``set_reserved_for``, ``allocate_delay``, ``allocate_gate``,
+``fail_allocation``, ``recheck_seconds``; ``crash()`` and ``restart()`` stop and start it.
 """
 
 from __future__ import annotations

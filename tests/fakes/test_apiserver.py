@@ -621,6 +621,8 @@ async def test_conflict_storm_on_status_updates(fake: FakeApiServer, http: aioht
 
 
 async def test_delay_makes_a_short_client_timeout_expire(fake: FakeApiServer, http: aiohttp.ClientSession) -> None:
+    # Not a race on any machine: client and fake share one event loop, the client's 0.05 s timer
+    # is armed before the fake starts its 0.5 s wait, and due timers fire in deadline order.
     fake.delay("GET", "/api/v1/nodes", seconds=0.5, times=1)
     with pytest.raises(asyncio.TimeoutError):
         await http.get("/api/v1/nodes", timeout=aiohttp.ClientTimeout(total=0.05))
@@ -628,15 +630,31 @@ async def test_delay_makes_a_short_client_timeout_expire(fake: FakeApiServer, ht
     assert status == 200
 
 
+async def test_hold_until_released(fake: FakeApiServer, http: aiohttp.ClientSession) -> None:
+    gate = fake.hold("GET", "/api/v1/nodes$", times=1)
+    pending = asyncio.ensure_future(call(http, "GET", "/api/v1/nodes"))
+    await gate.arrived()
+    assert not pending.done() and fake.requests_to("GET", "/api/v1/nodes$")[0].status is None
+    status, _ = await call(http, "GET", "/api/v1/namespaces")  # other requests pass meanwhile
+    assert status == 200 and not pending.done()
+    gate.release()
+    status, _ = await asyncio.wait_for(pending, 30)
+    assert status == 200
+    status, _ = await call(http, "GET", "/api/v1/nodes")  # times=1: the next one is not held
+    assert status == 200 and gate.held == 1
+
+
 async def test_hang_until_released(fake: FakeApiServer, http: aiohttp.ClientSession) -> None:
     # POST: aiohttp's client silently retries idempotent requests once when the server disconnects.
-    fake.hang("POST", "/api/v1/nodes")
+    rule = fake.hang("POST", "/api/v1/nodes")
     pending = asyncio.ensure_future(http.post("/api/v1/nodes", json={"metadata": {"name": "node-1"}}))
-    await asyncio.sleep(0.05)
-    assert not pending.done()
+    async with asyncio.timeout(30):  # a bound against a hang of the test, not a timing
+        while not rule.hits:
+            await asyncio.sleep(0.005)
+    assert not pending.done()  # it has reached the hang: no answer until the release
     fake.release_hangs()
     with pytest.raises(aiohttp.ClientError):
-        await asyncio.wait_for(pending, 5)
+        await asyncio.wait_for(pending, 30)
     status, _ = await call(http, "POST", "/api/v1/nodes", {"metadata": {"name": "node-1"}})
     assert status == 201
 

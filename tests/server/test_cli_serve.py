@@ -219,12 +219,14 @@ def test_serve_demo_in_a_real_process() -> None:
     process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         base = f"http://127.0.0.1:{port}/v1"
-        for _ in range(200):  # wait for the socket, not for a time: the loop ends as soon as it answers
+        deadline = time.monotonic() + 120  # a bound against a hang: the loop ends as soon as it answers
+        status = 0
+        while True:
             try:
                 status, _ = _request(f"{base}/readyz")
                 break
             except OSError:
-                if process.poll() is not None:
+                if process.poll() is not None or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
         assert process.poll() is None, process.stderr.read() if process.stderr else ""

@@ -269,7 +269,11 @@ binding_args = st.fixed_dictionaries(
         "Node": st.sampled_from(NAMES) | json_values,
     },
 )
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 
 
 def _exception_names(base: type[BaseException]) -> set[str]:

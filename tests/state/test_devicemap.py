@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import random
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,14 @@ import pytest
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.model import AllocationResult, DeviceResult
 from extender.state import devicemap as devicemap_module
+from extender.state import why
 from extender.state.devicemap import DEVICE_STATES, DeviceMap, NodeFilter, UnknownDeviceClass
 from extender.state.nominations import Nomination
 from extender.state.preemption import WAITING_FOR_VICTIMS
 from extender.state.service import SchedulingService
 from tests import manifests as m
 from tests.state import test_preemption as preemption_tests
+from tests.timing import TickingClock
 
 CLUSTER = Path(__file__).parent / "fixtures" / "device-states.yaml"
 
@@ -305,7 +306,6 @@ def test_pending_pods_most_important_first() -> None:
 
 
 async def test_the_first_pending_pods_are_explained_once_per_revision(monkeypatch: pytest.MonkeyPatch) -> None:
-    why = pytest.importorskip("extender.state.why")
     backend = EmbeddedBackend.from_paths(CLUSTER)
     service = SchedulingService(backend=backend)
     device_map = DeviceMap(service.cluster, service.stats, service.views, explain_share=1.0)
@@ -313,8 +313,11 @@ async def test_the_first_pending_pods_are_explained_once_per_revision(monkeypatc
     real = why.why
 
     def counted(views: Any, pod: Any, names: Any) -> Any:
+        # counted when made: a first try that runs out of its slice is abandoned and made again
+        # cooperatively (extender.state.cooperative), however fast the machine
+        found = real(views, pod, names)
         calls.append(pod["metadata"]["name"])
-        return real(views, pod, names)
+        return found
 
     monkeypatch.setattr(why, "why", counted)
     revision = device_map.revision()
@@ -337,7 +340,6 @@ async def test_the_first_pending_pods_are_explained_once_per_revision(monkeypatc
 
 
 async def test_only_the_first_pending_pods_are_explained(monkeypatch: pytest.MonkeyPatch) -> None:
-    why = pytest.importorskip("extender.state.why")
     monkeypatch.setattr(devicemap_module, "EXPLAINED_PODS", 2)
     monkeypatch.setattr(
         why, "why", lambda views, pod, names: {"summary": "s", "closest": [{"node": "n", "message": "m"}]}
@@ -351,31 +353,51 @@ async def test_only_the_first_pending_pods_are_explained(monkeypatch: pytest.Mon
 
 
 async def test_explanations_take_at_most_their_share_of_the_time(monkeypatch: pytest.MonkeyPatch) -> None:
-    why = pytest.importorskip("extender.state.why")
+    clock = TickingClock()
+    rests: list[float] = []
 
     def slow(views: Any, pod: Any, names: Any) -> dict[str, Any]:
-        time.sleep(0.05)
+        clock.advance(0.05)  # each explanation takes 50 ms of the map's timer
         return {"summary": "s", "closest": []}
+
+    async def rest(seconds: float) -> None:
+        rests.append(seconds)
 
     monkeypatch.setattr(why, "why", slow)
     backend = EmbeddedBackend.from_paths(CLUSTER)
     service = SchedulingService(backend=backend)
-    device_map = DeviceMap(service.cluster, service.stats, service.views, explain_share=0.25)
-    start = time.monotonic()
+    device_map = DeviceMap(service.cluster, service.stats, service.views, explain_share=0.25, timer=clock, sleep=rest)
     await device_map.pending_explained()
     await device_map.settled()
-    # three explanations of 50 ms, with 150 ms of rest after each but the last
-    assert time.monotonic() - start >= 0.15 + 2 * 0.15
+    # three explanations of 50 ms: a quarter of the time, so 150 ms of rest after each but the last
+    assert rests == pytest.approx([0.15, 0.15])
     await device_map.stop()
 
 
 async def test_stop_ends_the_explanations(monkeypatch: pytest.MonkeyPatch) -> None:
-    why = pytest.importorskip("extender.state.why")
-    monkeypatch.setattr(why, "why", lambda views, pod, names: {"summary": "s", "closest": []})
-    _, _, device_map = make()
+    explained: list[str] = []
+    resting, rest_ended = asyncio.Event(), asyncio.Event()
+
+    def counted(views: Any, pod: Any, names: Any) -> dict[str, Any]:
+        explained.append(pod["metadata"]["name"])
+        return {"summary": "s", "closest": []}
+
+    async def rest(seconds: float) -> None:  # the rest after an explanation lasts until it is ended
+        resting.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            rest_ended.set()
+
+    monkeypatch.setattr(why, "why", counted)
+    service = SchedulingService(backend=EmbeddedBackend.from_paths(CLUSTER))
+    device_map = DeviceMap(service.cluster, service.stats, service.views, explain_share=0.25, sleep=rest)
     await device_map.pending_explained()
+    await resting.wait()  # one pod explained, two wanted, resting before the next
     await device_map.stop()
+    assert rest_ended.is_set()  # the background task was ended, not left behind
     await device_map.settled()  # returns at once: nothing is running
+    assert len(explained) == 1  # the other two were never explained
 
 
 # --- incremental upkeep ----------------------------------------------------------------------------
@@ -701,13 +723,13 @@ async def test_pods_the_last_filter_found_no_node_for_are_listed_and_explained_f
     service.filter(new, ["node-d"])
     assert device_map.revision() == revision
     # the pod explained is the rejected one, not the most important
-    why = pytest.importorskip("extender.state.why")
     explained: list[str] = []
     real = why.why
 
     def counted(views: Any, pod: Any, names: Any) -> Any:
+        found = real(views, pod, names)  # counted when made, not when tried (see above)
         explained.append(pod["metadata"]["name"])
-        return real(views, pod, names)
+        return found
 
     monkeypatch.setattr(why, "why", counted)
     monkeypatch.setattr(devicemap_module, "EXPLAINED_PODS", 1)

@@ -148,14 +148,15 @@ def test_a_second_bind_of_a_pod_being_bound_is_refused() -> None:
     backend: EmbeddedBackend = svc.backend  # type: ignore[assignment]
 
     async def main() -> None:
-        release = asyncio.Event()
+        release, writing = asyncio.Event(), asyncio.Event()
 
         async def wait(_operation: str) -> None:
+            writing.set()  # the first bind has decided and is writing its claim
             await release.wait()
 
         backend.faults.hook("update_claim", wait)
         first = asyncio.create_task(svc.bind("default", "p", "uid-p", "node-1"))
-        await asyncio.sleep(0.01)
+        await writing.wait()
         with pytest.raises(Transient, match="is being bound already"):
             await svc.bind("default", "p", "uid-p", "node-2")
         release.set()
@@ -174,14 +175,15 @@ def test_a_retry_while_the_bind_still_runs_holds_nothing_and_takes_nothing_away(
     backend: EmbeddedBackend = svc.backend  # type: ignore[assignment]
 
     async def main() -> None:
-        release = asyncio.Event()
+        release, writing = asyncio.Event(), asyncio.Event()
 
         async def wait(_operation: str) -> None:
+            writing.set()  # the first bind has decided and is writing its claim
             await release.wait()
 
         backend.faults.hook("update_claim", wait)
         bind = asyncio.create_task(svc.bind("default", "p", "uid-p", "node-1"))
-        await asyncio.sleep(0.01)
+        await writing.wait()
         svc.filter(pod("p", "c-p"), ["node-2"])  # one node left: would hold there
         svc.prioritize(pod("p", "c-p"), ["node-2", "node-3"])
         assert [(e.node, e.tentative) for e in svc.ledger] == [("node-1", False)]

@@ -42,7 +42,7 @@ CHROMIUM_ARGS = [
 #: The pager's text ("nodes 1, en dash, 50 of 5000") uses an en dash.
 DASH = "\u2013"
 #: How long a page may take to show what a test waits for (the demo renders in well under a second).
-TIMEOUT_MS = 8000
+TIMEOUT_MS = 30_000
 
 
 @dataclass

@@ -26,9 +26,9 @@ claims already allocated there plus all of the pod's claims of the driver exceed
 is pinned to its node by ``nodeSelector`` ``metadata.name In [node]`` (a field selector: it needs no
 hostname label) and carries an opaque config naming the node and slot.
 
-Knobs for tests: ``set_reserved_for``, ``allocate_delay``, ``fail_allocation`` (an error text),
-``recheck_seconds``; ``stop()`` / ``start()`` play a crash and a restart (the state lives only in
-the cluster, so a restarted driver carries on).
+Knobs for tests: ``set_reserved_for``, ``allocate_delay``, ``allocate_gate`` (an event Allocate
+waits for), ``fail_allocation`` (an error text), ``recheck_seconds``; ``stop()`` / ``start()`` play
+a crash and a restart (the state lives only in the cluster, so a restarted driver carries on).
 """
 
 from __future__ import annotations
@@ -96,6 +96,9 @@ class DriverKnobs:
     set_reserved_for: bool = True
     #: seconds Allocate takes
     allocate_delay: float = 0.0
+    #: when set, Allocate first waits until this event is set: a driver slow for exactly as long as
+    #: the test says, on any machine (a delay in seconds races whatever it is compared with)
+    allocate_gate: asyncio.Event | None = None
     #: when set, Allocate fails with this text
     fail_allocation: str = ""
     #: how often a context is examined again while it exists
@@ -343,6 +346,8 @@ class ClassicDriver:
         return {n for n in nodes if used.get(n, 0) + len(claims) > self._capacity(n)}
 
     async def _allocate(self, pod: Mapping[str, Any], claims: list[_PodClaim], node: str) -> None:
+        if self.knobs.allocate_gate is not None:
+            await self.knobs.allocate_gate.wait()
         if self.knobs.allocate_delay:
             await asyncio.sleep(self.knobs.allocate_delay)
         if self.knobs.fail_allocation:

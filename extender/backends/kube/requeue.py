@@ -158,6 +158,10 @@ class Requeuer:
         self._reasons: list[str] = []
         #: Pods patched so far (for metrics and tests).
         self.patched = 0
+        #: Passes of the worker (``run``) finished so far, whatever each did (patched pods, found
+        #: none, or skipped as a standby): a test waits for the pass a nudge caused and then looks
+        #: at its effects, instead of sleeping and hoping the pass is over.
+        self.passes = 0
 
     def nudge(self, reason: str) -> None:
         """Devices freed up (``reason`` says how); cheap, called from the store feeder."""
@@ -172,6 +176,7 @@ class Requeuer:
             self._wake.clear()
             reasons, self._reasons = self._reasons, []
             await self.requeue_once(reasons)
+            self.passes += 1
 
     async def requeue_once(self, reasons: list[str] | None = None) -> int:
         """Patch every pending rejected pod now (at the bucket's pace); returns how many."""

@@ -20,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,6 +69,11 @@ class UiState:
     #: How often a stream looks at the revision: also the least time between two events.
     tick_seconds: float = 0.25
     keepalive_seconds: float = 15.0
+    #: Awaited by a stream for its next tick instead of ``tick_seconds`` (it gets the stream's stop
+    #: signal); tests drive the streams with it, one tick when they say.
+    ticks: Callable[[asyncio.Event], Awaitable[object]] | None = None
+    #: Monotonic seconds for the keepalive.
+    clock: Callable[[], float] = time.monotonic
     streams: set[asyncio.Event] = field(default_factory=set)
     #: The pools' JSON per list object of the map (kept with the object, so its id stays its own).
     encoded_pools: dict[int, tuple[object, bytes]] = field(default_factory=dict)
@@ -263,24 +269,27 @@ async def events(request: web.Request) -> web.StreamResponse:
     await response.prepare(request)
     stop = asyncio.Event()
     state.streams.add(stop)
-    loop = asyncio.get_running_loop()
+    clock = state.clock
     try:
         sent = device_map.revision()
         await response.write(b"retry: 2000\n" + _event(sent))
-        last_write = loop.time()
+        last_write = clock()
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=state.tick_seconds)
+            if state.ticks is not None:
+                await state.ticks(stop)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=state.tick_seconds)
             transport = request.transport
             if stop.is_set() or transport is None or transport.is_closing():
                 break
             revision = device_map.revision()
             if revision != sent:
                 await response.write(_event(revision))
-                sent, last_write = revision, loop.time()
-            elif loop.time() - last_write >= state.keepalive_seconds:
+                sent, last_write = revision, clock()
+            elif clock() - last_write >= state.keepalive_seconds:
                 await response.write(b": keepalive\n\n")
-                last_write = loop.time()
+                last_write = clock()
     except (ConnectionError, RuntimeError) as exc:  # the client went away mid-write
         log.debug("ui.events_closed", error=str(exc))
     finally:

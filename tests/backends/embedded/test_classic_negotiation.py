@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,6 +33,16 @@ from tests.classic import (
 )
 
 NODES = ["node-1", "node-2"]
+#: A bound on every wait for a condition: it only keeps a broken test from hanging (a loaded
+#: machine may be slow, never this slow); it is never what a test measures.
+HANG_GUARD_SECONDS = 30.0
+
+
+async def eventually(condition: Callable[[], bool]) -> None:
+    """Until ``condition()`` holds (``HANG_GUARD_SECONDS`` only against a hang)."""
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while not condition():
+            await asyncio.sleep(0.005)
 
 
 def cluster(*extra: dict[str, Any], capacity: tuple[int | None, ...] = (2, 2)) -> list[dict[str, Any]]:
@@ -69,6 +80,16 @@ class Harness:
     def node_of(self, pod_name: str) -> str | None:
         raw = self.backend.get("Pod", "default", pod_name)
         return None if raw is None else raw["spec"].get("nodeName")
+
+    async def bind_waiting_for_the_driver(self, node: str) -> asyncio.Future[None]:
+        """p1's bind to ``node``, started and run as far as waiting for the driver (selectedNode
+        written); still running."""
+        bind = asyncio.ensure_future(self.service.bind("default", "p1", "uid-p1", node))
+        await eventually(lambda: self.service.classic.waiting_for_drivers("default/p1") or bind.done())
+        if bind.done():
+            bind.result()  # a bind that ended early fails the test with its own error
+            raise AssertionError("the bind ended without waiting for the driver")
+        return bind
 
 
 def allocated_node(claim: dict[str, Any]) -> str:
@@ -141,7 +162,7 @@ async def test_the_driver_reporting_the_selected_node_unsuitable_moves_the_pod()
     await h.driver.stop()
     assert (await h.service.filter_and_recover(raw, NODES)).node_names == NODES
     await h.service.classic.idle()
-    bind = h.service.bind("default", "p1", "uid-p1", "node-1")
+    bind = await h.bind_waiting_for_the_driver("node-1")
     h.driver.start()
     with pytest.raises(Exception, match="resource driver reported node node-1 unsuitable for claim default/c1"):
         await bind
@@ -205,22 +226,28 @@ async def test_a_driver_that_does_not_reserve_gets_the_reservation_from_the_bind
 
 async def test_a_driver_slower_than_the_bind_deadline_is_caught_up_with_on_the_next_attempt() -> None:
     """The bind gives up waiting (Error), keeping selectedNode; the driver allocates later, and the
-    next attempt finds the claim allocated for that node (the fast path) and binds there."""
+    next attempt finds the claim allocated for that node (the fast path) and binds there. The
+    driver's Allocate is held until the first attempt has ended, so only the (short) deadline can
+    end that attempt, on any machine."""
     h = Harness(classic_claim("c1"), pod("p1", "c1"), bind_deadline_seconds=1.0)
-    h.driver.knobs.allocate_delay = 1.5
-    outcome = await h.schedule("p1", attempts=1)
+    allocate = asyncio.Event()
+    h.driver.knobs.allocate_gate = allocate
+
+    async def driver_finishes_then_settle() -> None:
+        assert "allocation" not in h.claim("c1").get("status", {})  # the gate held it
+        allocate.set()
+        await eventually(lambda: "allocation" in h.claim("c1").get("status", {}))
+        await h.settle()
+
+    raw = h.backend.get("Pod", "default", "p1")
+    assert raw is not None
+    outcome = await schedule(h.service, raw, NODES, settle=driver_finishes_then_settle, attempts=1)
     assert outcome.node is None
     first = outcome.attempts[0]
     assert first.bind_error == f"timed out waiting for resource driver to allocate claims for node {first.node}"
     context = h.context("p1")
     assert context is not None and context["spec"]["selectedNode"] == first.node
-    for _ in range(40):
-        if "allocation" in h.claim("c1").get("status", {}):
-            break
-        await h.settle()
-
-        await asyncio.sleep(0.05)
-    h.driver.knobs.allocate_delay = 0
+    assert allocated_node(h.claim("c1")) == first.node
     again = await h.schedule("p1")
     assert again.attempts[0].passing == [first.node] and again.node == first.node
 
@@ -273,10 +300,7 @@ async def test_a_pod_deleted_while_its_bind_waits_for_the_driver_fails_the_bind(
     raw = h.backend.get("Pod", "default", "p1")
     assert raw is not None
     await h.service.filter_and_recover(raw, NODES)
-
-    bind = asyncio.ensure_future(h.service.bind("default", "p1", "uid-p1", "node-1"))
-    for _ in range(20):
-        await asyncio.sleep(0)
+    bind = await h.bind_waiting_for_the_driver("node-1")
     h.backend.delete_pod("default", "p1")
     with pytest.raises(Exception, match="was deleted"):
         await bind

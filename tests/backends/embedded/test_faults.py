@@ -85,16 +85,17 @@ async def test_every_operation_checks_the_injector(operation: str) -> None:
 
 async def test_hooks_run_before_the_operation() -> None:
     backend = EmbeddedBackend([pod()])
-    release = asyncio.Event()
+    arrived, release = asyncio.Event(), asyncio.Event()
     seen: list[str] = []
 
     async def gate(operation: str) -> None:
         seen.append(operation)
+        arrived.set()
         await release.wait()
 
     backend.faults.hook("bind_pod", gate)
     task = asyncio.create_task(backend.bind_pod("default", "pod-0", "pod-uid-0", "node-1"))
-    await asyncio.sleep(0)
+    await asyncio.wait_for(arrived.wait(), 30)  # a bound against a hang, not a timing
     assert seen == ["bind_pod"]
     assert "nodeName" not in backend.store.pods["default/pod-0"]["spec"]  # held at the gate
     release.set()
@@ -122,12 +123,16 @@ async def test_injector_rejects_unknown_operations_and_bad_counts() -> None:
 
 
 async def test_clear_all_and_zero_delay_disarm() -> None:
+    """A delay of an hour, disarmed by a zero delay or by ``clear()``, never runs. (The 30 s bound
+    only keeps a broken disarm from hanging the test: an armed hour cannot pass within it.)"""
     faults = FaultInjector()
-    faults.fail("get_pod", ApiUnavailable("x"), times=2)
-    faults.delay("get_pod", 5)
+    faults.delay("get_pod", 3600)
     faults.delay("get_pod", 0)
+    await asyncio.wait_for(faults.check("get_pod"), 30)
+    faults.fail("get_pod", ApiUnavailable("x"), times=2)
+    faults.delay("get_claim", 3600)
     faults.fail("get_claim", ApiUnavailable("y"))
     faults.clear()
-    await faults.check("get_pod")
-    await faults.check("get_claim")
-    assert faults.calls == {"get_pod": 1, "get_claim": 1}
+    await asyncio.wait_for(faults.check("get_pod"), 30)
+    await asyncio.wait_for(faults.check("get_claim"), 30)
+    assert faults.calls == {"get_pod": 2, "get_claim": 1}

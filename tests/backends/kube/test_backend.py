@@ -41,8 +41,9 @@ def settings(**changes: Any) -> KubeSettings:
     return KubeSettings(**{**base, **changes})
 
 
-async def until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    """Wait for the watches to catch up (a bound, not a timing assertion)."""
+async def until(predicate: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait for the watches to catch up (a bound against a hang, generous for a loaded machine;
+    never what a test measures)."""
     async with asyncio.timeout(timeout):
         while not predicate():
             await asyncio.sleep(0.005)
@@ -53,7 +54,7 @@ async def started(fake: FakeApiServer, *objects: dict[str, Any], **changes: Any)
         fake.put_object(obj)
     backend = KubeBackend(ClusterConfig(host=fake.url), settings=settings(**changes))
     await backend.start()
-    await backend.wait_synced(5)
+    await backend.wait_synced(30)
     return backend
 
 
@@ -139,14 +140,15 @@ async def test_full_bind_writes_finalizer_then_status_then_binding(fake: FakeApi
 
 async def test_the_cache_never_shows_an_allocation_before_it_is_written(fake: FakeApiServer, stack: Any) -> None:
     backend, service = await stack(*m.cluster(m.claim("c1"), m.pod("p1", "c1")))
-    fake.delay("PUT", r"/resourceclaims/c1/status$", 0.3, times=1)
+    gate = fake.hold("PUT", r"/resourceclaims/c1/status$", times=1)
     bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
-    await until(lambda: bool(fake.requests_to("PUT", r"/resourceclaims/c1/status$")))
+    await gate.arrived()  # the status write is sent and held unanswered (and not carried out)
     # the finalizer's answer is in the store, and it is the API's object, not the bind's draft
     raw = backend.store.raw_claims["default/c1"]
     assert raw["metadata"]["finalizers"] == [DELETE_PROTECTION_FINALIZER]
     assert not (raw.get("status") or {}).get("allocation")
     assert not (service.debug_claim("default", "c1") or {}).get("status", {}).get("allocation")
+    gate.release()
     await bind
     assert backend.store.raw_claims["default/c1"]["status"]["allocation"]
     assert_consistent(fake)
@@ -242,10 +244,11 @@ async def test_a_restart_mid_bind_neither_loses_nor_duplicates(fake: FakeApiServ
 
 async def test_a_claim_deleted_during_bind(fake: FakeApiServer, stack: Any) -> None:
     _, service = await stack(*m.cluster(m.claim("c1"), m.pod("p1", "c1")))
-    fake.delay("PUT", r"/resourceclaims/c1/status$", 0.2, times=1)
+    gate = fake.hold("PUT", r"/resourceclaims/c1/status$", times=1)
     bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
-    await until(lambda: bool(fake.requests_to("PUT", r"/resourceclaims/c1/status$")))
+    await gate.arrived()  # the status write is on its way, held until the claim is being deleted
     fake.delete_object("ResourceClaim", "default", "c1", group="resource.k8s.io")  # finalizer: only marked
+    gate.release()
     with pytest.raises(Transient, match="deleted in the meantime"):
         await bind
     # The rollback removed our finalizer, so the deletion completed.
@@ -283,7 +286,7 @@ async def test_following_a_slice_added_and_a_claim_deallocated(fake: FakeApiServ
 
 async def test_relist_after_restart_keeps_the_cache_exact(fake: FakeApiServer, stack: Any) -> None:
     backend, _ = await stack(*m.cluster(nodes=3))
-    await fake.wait_for_watches(5)
+    await fake.wait_for_watches(5, timeout=30)
     fake.drop_watches()
     fake.delete_object("ResourceSlice", None, "node-1-gpus", group="resource.k8s.io")
     fake.put_object(m.gpu_slice("node-4", 3))

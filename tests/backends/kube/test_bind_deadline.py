@@ -17,7 +17,9 @@ from tests import manifests as m
 from tests.backends.kube.test_backend import assert_consistent, claim_in_fake, node_of, started
 from tests.fakes import FakeApiServer
 
-DEADLINE = 1.0
+#: Long enough that the quarter kept for the undo (0.5 s) is ample on a loaded machine; short
+#: enough that the three binds that run into it keep the file quick.
+DEADLINE = 2.0
 
 
 async def deadline_service(fake: FakeApiServer, *objects: dict[str, Any]) -> SchedulingService:
@@ -27,7 +29,7 @@ async def deadline_service(fake: FakeApiServer, *objects: dict[str, Any]) -> Sch
 
 async def bind_within_bound(service: SchedulingService, pod: str, node: str) -> BaseException | None:
     """The bind's outcome; the test fails if it outlives its deadline by far (a hang, not a timing)."""
-    async with asyncio.timeout(DEADLINE + 5):
+    async with asyncio.timeout(DEADLINE + 30):
         try:
             await service.bind("default", pod, f"uid-{pod}", node)
         except Exception as exc:
@@ -40,7 +42,7 @@ async def test_a_claim_write_that_never_answers_ends_at_the_deadline(fake: FakeA
     fake.hang("PUT", r"/resourceclaims/c1/status$")
     outcome = await bind_within_bound(service, "p1", "node-1")
     assert isinstance(outcome, DeadlineExceeded)
-    assert outcome.reason == 'pod "default/p1": bind deadline of 1s passed during claim writes'
+    assert outcome.reason == 'pod "default/p1": bind deadline of 2s passed during claim writes'
     fake.release_hangs()
     claim = claim_in_fake(fake, "c1")
     assert not claim["metadata"].get("finalizers") and not (claim.get("status") or {}).get("allocation")
@@ -51,12 +53,22 @@ async def test_a_claim_write_that_never_answers_ends_at_the_deadline(fake: FakeA
 
 
 async def test_a_slow_conflict_storm_is_cut_by_the_deadline_and_rolled_back(fake: FakeApiServer) -> None:
+    """Every status write conflicts, and each answer comes when the test lets it: two come, the
+    third attempt's never does (before the deadline), so the deadline, not the end of the five
+    retries, ends the bind; the finalizer written first is undone."""
     service = await deadline_service(fake, *m.cluster(m.claim("c1"), m.pod("p1", "c1")))
-    # five attempts at 0.3 s each would take 1.5 s, beyond the deadline
-    fake.delay("PUT", r"/resourceclaims/c1/status$", 0.3)
-    fake.fail("PUT", r"/resourceclaims/c1/status$", status=409, times=None)
-    outcome = await bind_within_bound(service, "p1", "node-1")
+    status_write = r"/resourceclaims/c1/status$"
+    fake.fail("PUT", status_write, status=409, times=None)
+    gate = fake.hold("PUT", status_write, times=1)
+    bind = asyncio.create_task(bind_within_bound(service, "p1", "node-1"))
+    for _ in range(2):  # an attempt held, then answered 409; the next one is held when it comes
+        await gate.arrived()
+        released, gate = gate, fake.hold("PUT", status_write, times=1)
+        released.release()
+    await gate.arrived()  # the third attempt: its answer comes after the deadline
+    outcome = await bind
     assert isinstance(outcome, DeadlineExceeded) and "during claim writes" in outcome.reason
+    assert len(fake.requests_to("PUT", status_write)) == 3
     fake.clear_faults()
     claim = claim_in_fake(fake, "c1")
     assert not claim["metadata"].get("finalizers")  # the finalizer write was undone in time

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -37,6 +37,16 @@ from tests.fakes.classic_driver import FakeDriver, running_driver
 
 NODES = ["node-1", "node-2"]
 CONTEXTS = r"/podschedulingcontexts"
+#: A bound on every wait for a condition: it only keeps a broken test from hanging (a loaded
+#: machine may be slow, never this slow); it is never what a test measures.
+HANG_GUARD_SECONDS = 30.0
+
+
+async def eventually(condition: Callable[[], bool]) -> None:
+    """Until ``condition()`` holds (``HANG_GUARD_SECONDS`` only against a hang)."""
+    async with asyncio.timeout(HANG_GUARD_SECONDS):
+        while not condition():
+            await asyncio.sleep(0.005)
 
 
 def cluster(*extra: dict[str, Any], capacity: tuple[int | None, ...] = (2, 2)) -> list[dict[str, Any]]:
@@ -57,28 +67,46 @@ class Stack:
         self.fake, self.backend, self.service, self.driver = fake, backend, service, driver
 
     async def settle(self) -> None:
-        """Until the driver, the publisher and the watches have nothing left to do."""
-        for _ in range(4):
-            await self.driver.idle()
-            await self.service.classic.idle()
-            await asyncio.sleep(0.03)  # the watches deliver what was written
+        """Until the driver, the publisher and the watches have nothing left to do: rounds of
+        waiting for each, until a round in which the API server stored nothing new."""
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
+            while True:
+                before = self.fake.storage.rv
+                await self.driver.idle()
+                await self.service.classic.idle()
+                await eventually(self.watches_delivered)
+                if self.fake.storage.rv == before:
+                    return
+
+    def watches_delivered(self) -> bool:
+        """Whether every watch has delivered every change the API server stored for its kind
+        (each reflector's last resourceVersion is at least that of the kind's last change)."""
+        for reflector in self.backend.reflectors.values():
+            group = reflector.resource.api_version.rpartition("/")[0]
+            seen = int(reflector.resource_version or 0)
+            if self.fake.storage.changes_since((group, reflector.resource.plural), seen):
+                return False
+        return True
 
     async def schedule(self, name: str, nodes: list[str] = NODES, attempts: int = 8) -> Outcome:
         raw = self.fake.get_object("Pod", "default", name)
         assert raw is not None
         return await schedule(self.service, raw, nodes, settle=self.settle, attempts=attempts)
 
-    async def bind_while_driver_is_down(self, node: str, *, wait: float) -> tuple[FilterOutcome, asyncio.Future[None]]:
-        """The driver stopped, p1 filtered over every node, then its bind to ``node`` started
-        (and left ``wait`` seconds to write selectedNode and begin waiting for the driver): the
-        filter's answer and the bind."""
+    async def bind_while_driver_is_down(self, node: str) -> tuple[FilterOutcome, asyncio.Future[None]]:
+        """The driver stopped, p1 filtered over every node, then its bind to ``node`` started and
+        got as far as waiting for the driver (selectedNode written): the filter's answer and the
+        bind, still running."""
         await self.driver.crash()
         raw = self.fake.get_object("Pod", "default", "p1")
         assert raw is not None
         outcome = await self.service.filter_and_recover(raw, NODES)
         await self.service.classic.idle()
         bind = asyncio.ensure_future(self.service.bind("default", "p1", "uid-p1", node))
-        await asyncio.sleep(wait)
+        await eventually(lambda: self.service.classic.waiting_for_drivers("default/p1") or bind.done())
+        if bind.done():
+            bind.result()  # a bind that ended early fails the test with its own error
+            raise AssertionError("the bind ended without waiting for the driver")
         return outcome, bind
 
     def claim(self, name: str) -> dict[str, Any]:
@@ -99,7 +127,7 @@ async def classic_stack(
         fake.put_object(obj)
     backend = KubeBackend(ClusterConfig(host=fake.url), settings=KubeSettings(freeze_gc=False, requeue=None))
     await backend.start()
-    await backend.wait_synced(5)
+    await backend.wait_synced(HANG_GUARD_SECONDS)
     service = SchedulingService(backend=backend, hold_seconds=0, **service_options)
     try:
         async with running_driver(fake, DRIVER, **(knobs or {})) as driver:
@@ -170,7 +198,7 @@ async def test_the_driver_finding_the_selected_node_unsuitable_moves_the_pod(aio
     objects = cluster(other, classic_claim("c1"), pod("p1", "c1"), pod("someone", "old"), capacity=(1, 2))
     async with classic_stack(fake, *objects) as s:
         # the driver has not looked at the context when the bind comes
-        first, bind = await s.bind_while_driver_is_down("node-1", wait=0.1)
+        first, bind = await s.bind_while_driver_is_down("node-1")
         assert first.node_names == NODES
         s.driver.restart()
         with pytest.raises(Exception, match="resource driver reported node node-1 unsuitable for claim default/c1"):
@@ -180,23 +208,36 @@ async def test_the_driver_finding_the_selected_node_unsuitable_moves_the_pod(aio
 
 
 async def test_a_slow_driver_times_the_bind_out_then_the_retry_takes_the_fast_path(aiohttp_server: Any) -> None:
+    """The driver's Allocate is held until the first attempt has ended, so only the bind's deadline
+    can end that attempt (the deadline is short, the driver slower on any machine); then the driver
+    allocates for the selected node, and the retry finds the claim allocated there and binds."""
     fake = await serve(aiohttp_server)
+    allocate = asyncio.Event()
     async with classic_stack(
-        fake, *cluster(classic_claim("c1"), pod("p1", "c1")), knobs={"allocate_delay": 1.5}, bind_deadline_seconds=1.0
+        fake,
+        *cluster(classic_claim("c1"), pod("p1", "c1")),
+        knobs={"allocate_gate": allocate},
+        # the context writes must fit in it (under load too); the driver never does
+        bind_deadline_seconds=2.0,
     ) as s:
-        first = await s.schedule("p1", attempts=1)
+
+        async def driver_finishes_then_settle() -> None:
+            assert not (s.claim("c1").get("status") or {}).get("allocation")  # the gate held it
+            allocate.set()
+            await eventually(lambda: bool((s.claim("c1").get("status") or {}).get("allocation")))
+            await s.settle()
+
+        raw = fake.get_object("Pod", "default", "p1")
+        assert raw is not None
+        first = await schedule(s.service, raw, NODES, settle=driver_finishes_then_settle, attempts=1)
         assert first.node is None
         node = first.attempts[0].node
         assert (
             first.attempts[0].bind_error == f"timed out waiting for resource driver to allocate claims for node {node}"
         )
         [context] = fake.contexts()
-        assert context["spec"]["selectedNode"] == node  # kept, so that the driver can finish
-        for _ in range(60):
-            if (s.claim("c1").get("status") or {}).get("allocation"):
-                break
-            await asyncio.sleep(0.05)
-        await s.settle()
+        assert context["spec"]["selectedNode"] == node  # kept, so that the driver could finish
+        assert allocated_node(s.claim("c1")) == node
         again = await s.schedule("p1")
         assert again.attempts[0].passing == [node] and again.node == node
 
@@ -214,8 +255,8 @@ async def test_a_driver_that_does_not_reserve(aiohttp_server: Any) -> None:
 async def test_a_driver_that_crashes_and_restarts_during_the_bind_wait(aiohttp_server: Any) -> None:
     fake = await serve(aiohttp_server)
     async with classic_stack(fake, *cluster(classic_claim("c1"), pod("p1", "c1"))) as s:
-        _, bind = await s.bind_while_driver_is_down("node-1", wait=0.3)
-        assert not bind.done()
+        _, bind = await s.bind_while_driver_is_down("node-1")
+        assert not bind.done()  # it waits for the driver, which is down
         s.driver.restart()  # a restarted controller lists everything and carries on
         await bind
         assert s.node_of("p1") == "node-1" and allocated_node(s.claim("c1")) == "node-1"
@@ -273,7 +314,7 @@ async def test_a_stale_context_of_an_older_pod(aiohttp_server: Any) -> None:
 async def test_a_pod_deleted_during_the_bind_wait(aiohttp_server: Any) -> None:
     fake = await serve(aiohttp_server)
     async with classic_stack(fake, *cluster(classic_claim("c1"), pod("p1", "c1"))) as s:
-        _, bind = await s.bind_while_driver_is_down("node-1", wait=0.2)
+        _, bind = await s.bind_while_driver_is_down("node-1")
         fake.delete_object("Pod", "default", "p1")
         with pytest.raises(Exception, match="was deleted"):
             await bind
@@ -290,12 +331,13 @@ async def test_the_last_consumer_leaving_makes_the_controller_manager_request_de
         assert (await s.schedule("p1")).node is not None
         async with ReservationController(fake) as kcm:
             fake.delete_object("Pod", "default", "p1")
-            for _ in range(100):
+
+            def deallocated() -> bool:
                 claim = s.claim("c1")
-                if not claim["metadata"].get("finalizers") and not (claim.get("status") or {}).get("allocation"):
-                    break
-                await asyncio.sleep(0.05)
-            assert kcm.writes >= 1
+                return not claim["metadata"].get("finalizers") and not (claim.get("status") or {}).get("allocation")
+
+            # kcm.writes counts a write once its answer is read, which may come after the driver's
+            await eventually(lambda: deallocated() and kcm.writes >= 1)
         claim = s.claim("c1")
         assert not claim.get("status", {}).get("allocation") and not claim["metadata"].get("finalizers")
         kcm_writes = [r.body["status"] for r in fake.requests if r.method == "PUT" and r.path.endswith("c1/status")]
@@ -308,10 +350,9 @@ async def test_the_controller_manager_reserves_a_claim_for_a_bound_pod(aiohttp_s
     bound["spec"]["nodeName"] = "node-1"
     objects = cluster(allocated_by_driver(classic_claim("c1"), "node-1"), bound)
     async with classic_stack(fake, *objects), ReservationController(fake) as kcm:
-        for _ in range(40):
-            if s_reserved(fake):
-                break
-            await asyncio.sleep(0.05)
+        # kcm.writes counts the write once its answer is read, a little after the server stored it
+        await eventually(lambda: s_reserved(fake) and kcm.writes >= 1)
+        await kcm.sweep()  # a pass that comes after the reservation: it writes nothing more
         assert s_reserved(fake) and kcm.writes == 1
 
 
@@ -345,20 +386,24 @@ async def test_contexts_served_but_forbidden_leave_classic_pods_unschedulable(ai
 
 
 async def test_a_slow_publish_neither_overtakes_the_bind_nor_outlives_it(aiohttp_server: Any) -> None:
-    """filter's potentialNodes publish (a POST taking 0.5 s) is still under way when the bind
-    comes: the bind waits for it, then selects the node; no context is left after the bind."""
+    """filter's potentialNodes publish (a POST the API server holds) is still under way when the
+    bind comes: the bind waits for it, then selects the node; no context is left after the bind."""
     fake = await serve(aiohttp_server)
     async with classic_stack(fake, *cluster(classic_claim("c1"), pod("p1", "c1"))) as s:
-        fake.delay("POST", CONTEXTS, 0.5)
+        post = fake.hold("POST", CONTEXTS)
         raw = fake.get_object("Pod", "default", "p1")
         assert raw is not None
         await s.service.filter_and_recover(raw, NODES)
-        await asyncio.sleep(0.05)  # the publisher's POST is on its way
-        await s.service.bind("default", "p1", "uid-p1", "node-1")
+        await post.arrived()  # the publisher's POST is on its way, unanswered
+        bind = asyncio.ensure_future(s.service.bind("default", "p1", "uid-p1", "node-1"))
+        await eventually(lambda: s.service.classic.quiesced("default/p1") or bind.done())
+        post.release()  # the publish ends only now that the bind is there
+        await bind
         await s.settle()
-        await asyncio.sleep(0.6)
         assert s.node_of("p1") == "node-1" and fake.contexts() == []
-        assert len([r for r in fake.requests if r.method == "POST" and CONTEXTS in r.path]) == 1
+        assert not s.service.classic.publishing("default/p1")  # nothing left that could recreate it
+        posts = [r for r in fake.requests if r.method == "POST" and CONTEXTS in r.path]
+        assert [r.status for r in posts] == [201]  # the publisher's, answered; the bind updated it
 
 
 async def test_the_bind_deadline_covers_the_context_writes(aiohttp_server: Any) -> None:
@@ -368,8 +413,9 @@ async def test_the_bind_deadline_covers_the_context_writes(aiohttp_server: Any) 
         assert raw is not None
         await s.service.filter_and_recover(raw, NODES)
         await s.settle()
-        fake.delay("PUT", r"/podschedulingcontexts/p1$", 4.0)
-        async with asyncio.timeout(2.5):  # the deadline, not the slow write, ends the bind
+        # the selectedNode update is never answered: only the deadline can end the bind
+        fake.hang("PUT", r"/podschedulingcontexts/p1$", times=None)
+        async with asyncio.timeout(HANG_GUARD_SECONDS):
             with pytest.raises(DeadlineExceeded, match="while selecting the node"):
                 await s.service.bind("default", "p1", "uid-p1", "node-1")
         assert len(s.service.ledger) == 0

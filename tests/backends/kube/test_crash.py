@@ -132,9 +132,10 @@ def assert_converged(fake: FakeApiServer) -> None:
             assert DELETE_PROTECTION in claim["metadata"].get("finalizers", [])
 
 
-async def retried(attempt: Callable[[], Awaitable[str | None]], timeout: float = 10) -> str | None:
+async def retried(attempt: Callable[[], Awaitable[str | None]], timeout: float = 30) -> str | None:
     """kube-scheduler's retries (with a short backoff) until the pod is placed or time is up: the
-    extender's watch shows the controller's cleanup a moment after it happened."""
+    extender's watch shows the controller's cleanup a moment after it happened. ``timeout`` is a
+    bound against a hang, generous for a loaded machine."""
     async with asyncio.timeout(timeout):
         while (node := await attempt()) is None:
             await asyncio.sleep(0.05)
@@ -155,7 +156,7 @@ async def crash_mid_bind(fake: FakeApiServer, first: Extender, session: aiohttp.
     fake.hang(method, path)
     body = {"PodName": "p1", "PodNamespace": "default", "PodUID": "uid-p1", "Node": "node-1"}
     bind = asyncio.create_task(first.post(session, "bind", body))
-    await until(lambda: bool(fake.requests_to(method, path)), timeout=20)
+    await until(lambda: bool(fake.requests_to(method, path)))
     first.kill()
     with pytest.raises(aiohttp.ClientError):
         await bind
@@ -200,7 +201,7 @@ async def test_killed_mid_bind_then_the_pod_goes_away(fake: FakeApiServer, harne
         fake.delete_object("Pod", "default", "p1")  # the user gives up on p1
         # the resourceclaim controller frees c1 (its reservation named a pod that is gone), so
         # both other pods fit on the two GPUs
-        await until(lambda: not (claim_in_fake(fake, "c1").get("status") or {}).get("allocation"), timeout=10)
+        await until(lambda: not (claim_in_fake(fake, "c1").get("status") or {}).get("allocation"))
         if step != "finalizer written":
             # it removed the last reservation: the finalizer goes with the allocation
             await until(lambda: DELETE_PROTECTION not in claim_in_fake(fake, "c1")["metadata"].get("finalizers", []))

@@ -105,7 +105,7 @@ async def test_flush_waits_for_the_writer(fake: FakeApiServer, client: KubeClien
     writer = asyncio.create_task(rec.run())
     try:
         rec.record("default", "p1", "uid-p1", kind="Warning", reason="FailedBinding", message="m")
-        await asyncio.wait_for(rec.flush(), 5)
+        await asyncio.wait_for(rec.flush(), 30)
         assert len(events(fake)) == 1
     finally:
         writer.cancel()

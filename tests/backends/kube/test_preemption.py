@@ -4,13 +4,12 @@ the victim is gone, and the preemptor's answers in between."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from extender.state.preemption import WAITING_FOR_VICTIMS
 from extender.state.service import SchedulingService
 from tests import manifests as m
-from tests.backends.kube.test_backend import started
+from tests.backends.kube.test_backend import started, until
 from tests.fakes import FakeApiServer
 from tests.fakes.claim_controller import ReservationController
 
@@ -55,12 +54,9 @@ def pods(fake: FakeApiServer) -> set[str]:
     return {p["metadata"]["name"] for p in fake.objects("Pod")}
 
 
-async def eventually(check: Any, seconds: float = 5.0) -> None:
-    for _ in range(int(seconds / 0.05)):
-        if check():
-            return
-        await asyncio.sleep(0.05)
-    assert check()
+async def eventually(check: Any) -> None:
+    """Until the watches show ``check()`` (``until``: a bound against a hang, never a timing)."""
+    await until(lambda: bool(check()))
 
 
 async def test_evict_wait_for_the_controller_then_bind(fake: FakeApiServer) -> None:

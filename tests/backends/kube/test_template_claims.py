@@ -16,6 +16,10 @@ from tests import manifests as m
 from tests.backends.kube.test_backend import assert_consistent, node_of, started, until
 from tests.fakes import FakeApiServer
 
+#: For the binds that must see the controller's claim: its wait (3 s by default) is only a bound here,
+#: never what a test measures, so it is generous for a loaded machine.
+PATIENT: dict[str, Any] = {"claim_wait_seconds": 30.0, "bind_deadline_seconds": 60.0}
+
 
 def template_pod(name: str) -> dict[str, Any]:
     return m.pod(name, templates=("gpu-template",))
@@ -38,6 +42,13 @@ def play_the_controller(fake: FakeApiServer, pod_name: str) -> str:
     return str(claim["metadata"]["name"])
 
 
+async def waiting_for_its_claim(service: SchedulingService, bind: asyncio.Task[None], pod_key: str) -> None:
+    """Until the bind waits for the pod's template claim (``Binder.waiting_for_claims``); a bind
+    that ends instead (having not waited) fails the test at once."""
+    await until(lambda: service.binder.waiting_for_claims(pod_key) or bind.done())
+    assert not bind.done(), bind.exception()
+
+
 async def stack(fake: FakeApiServer, **options: Any) -> tuple[KubeBackend, SchedulingService]:
     objects = m.cluster(m.template("gpu-template"), template_pod("p1"), template_pod("p2"), nodes=2, gpus=1)
     backend = await started(fake, *objects)
@@ -57,15 +68,14 @@ async def test_filter_and_prioritize_answer_from_the_template(fake: FakeApiServe
 
 
 async def test_bind_waits_for_the_controller_then_writes_the_real_claim(fake: FakeApiServer) -> None:
-    backend, service = await stack(fake)
+    backend, service = await stack(fake, **PATIENT)
     try:
         service.prioritize(template_pod("p1"), ["node-1", "node-2"])
         bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
-        await asyncio.sleep(0.05)
-        assert not bind.done()  # waiting for the claim, and holding node-1's GPU meanwhile
+        await waiting_for_its_claim(service, bind, "default/p1")  # and holding node-1's GPU meanwhile
         assert service.filter(template_pod("p2"), ["node-1", "node-2"]).node_names == ["node-2"]
         name = play_the_controller(fake, "p1")
-        await asyncio.wait_for(bind, 5)
+        await asyncio.wait_for(bind, 30)
         claim = fake.get_object("ResourceClaim", "default", name, group="resource.k8s.io")
         assert claim is not None
         assert claim["status"]["allocation"]["devices"]["results"][0]["pool"] == "node-1"
@@ -104,14 +114,14 @@ async def test_an_unknown_template_is_still_an_error(fake: FakeApiServer) -> Non
 
 async def test_a_bind_that_read_the_pod_from_the_api_waits_for_its_claim_too(fake: FakeApiServer) -> None:
     """The pod watch has not shown the pod yet (bind reads it from the API); its claim comes later."""
-    backend, service = await stack(fake)
+    backend, service = await stack(fake, **PATIENT)
     try:
         backend.store.delete("Pod", "default", "p1")  # as if the watch lagged behind
         bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
-        await asyncio.sleep(0.05)
-        assert not bind.done() and fake.requests_to("GET", "/pods/p1$")
+        await waiting_for_its_claim(service, bind, "default/p1")
+        assert fake.requests_to("GET", "/pods/p1$")
         play_the_controller(fake, "p1")
-        await asyncio.wait_for(bind, 5)
+        await asyncio.wait_for(bind, 30)
         assert node_of(fake, "p1") == "node-1"
         assert_consistent(fake)
     finally:

@@ -94,7 +94,7 @@ async def test_length_and_chunked_answers_on_one_reused_connection(serve: Callab
     server = await serve(answer)
     pool = HttpPool(f"http://127.0.0.1:{server.port}")
     try:
-        bodies = [(await pool.request("GET", f"/x?i={i}", {}, None, timeout=5)).body for i in range(4)]
+        bodies = [(await pool.request("GET", f"/x?i={i}", {}, None, timeout=30)).body for i in range(4)]
     finally:
         pool.close()
     assert bodies == [b'{"n": 0}', b'{"n": 1}', b'{"n": 0}', b'{"n": 1}']
@@ -110,7 +110,7 @@ async def test_connection_close_answers_open_a_new_connection(serve: Callable[..
     pool = HttpPool(f"http://127.0.0.1:{server.port}")
     try:
         for _ in range(3):
-            assert (await pool.request("PUT", "/x", {}, b"{}", timeout=5)).status == 200
+            assert (await pool.request("PUT", "/x", {}, b"{}", timeout=30)).status == 200
     finally:
         pool.close()
     assert server.connections == 3
@@ -125,34 +125,37 @@ async def test_a_reused_connection_closed_unanswered_is_retried_for_get_never_fo
     server = await serve(answer)
     pool = HttpPool(f"http://127.0.0.1:{server.port}")
     try:
-        await pool.request("GET", "/a", {}, None, timeout=5)  # 0
-        assert (await pool.request("GET", "/b", {}, None, timeout=5)).status == 200  # 1 lost, sent again as 2
+        await pool.request("GET", "/a", {}, None, timeout=30)  # 0
+        assert (await pool.request("GET", "/b", {}, None, timeout=30)).status == 200  # 1 lost, sent again as 2
         assert server.connections == 2 and len(server.requests) == 3
-        await pool.request("GET", "/c", {}, None, timeout=5)  # 3
+        await pool.request("GET", "/c", {}, None, timeout=30)  # 3
         for method in ("PUT", "POST"):  # 4 and 6: whether they were acted on is unknown
             with pytest.raises(ConnectionLost):
-                await pool.request(method, "/d", {}, b"{}", timeout=5)
-            await pool.request("GET", "/e", {}, None, timeout=5)  # on a new connection: 5 and 7
+                await pool.request(method, "/d", {}, b"{}", timeout=30)
+            await pool.request("GET", "/e", {}, None, timeout=30)  # on a new connection: 5 and 7
         assert len(server.requests) == 8 and server.connections == 4
     finally:
         pool.close()
 
 
 async def test_malformed_answers_and_timeouts(serve: Callable[..., Awaitable[Scripted]]) -> None:
+    never = asyncio.Event()  # "/slow" is answered only after the test: its timeout races nothing
+
     async def answer(head: bytes, n: int) -> bytes | None:
         if b"/garbage" in head:
             return b"this is not HTTP\r\n\r\n"
-        await asyncio.sleep(10)
+        await never.wait()
         return length_answer(b"{}")
 
     server = await serve(answer)
     pool = HttpPool(f"http://127.0.0.1:{server.port}")
     try:
         with pytest.raises(ConnectionLost, match="malformed"):
-            await pool.request("GET", "/garbage", {}, None, timeout=5)
+            await pool.request("GET", "/garbage", {}, None, timeout=30)
         with pytest.raises(TimeoutError):
             await pool.request("GET", "/slow", {}, None, timeout=0.2)
     finally:
+        never.set()
         pool.close()
 
 
