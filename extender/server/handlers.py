@@ -217,10 +217,17 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Readiness: 503 until the backend's caches have synced (every watch listed)."""
-    if request.app[SERVICE].backend.synced:
+    """Readiness: 503 until the backend's caches have synced (every watch listed). ``detail`` says
+    why, where the backend can tell (the kube backend's ``not_ready_reason``: a watch refused with
+    401/403, the kinds not listed yet); ``reason`` stays the stable text scripts may match."""
+    backend = request.app[SERVICE].backend
+    if backend.synced:
         return json_response({"status": "ready"})
-    return json_response({"status": "not ready", "reason": NOT_SYNCED}, status=503)
+    body = {"status": "not ready", "reason": NOT_SYNCED}
+    detail = getattr(backend, "not_ready_reason", "")  # optional: not part of the Backend protocol
+    if isinstance(detail, str) and detail:
+        body["detail"] = detail
+    return json_response(body, status=503)
 
 
 async def metrics(request: web.Request) -> web.Response:

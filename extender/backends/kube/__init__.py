@@ -1,7 +1,9 @@
 """The Kubernetes backend: reflectors feeding the store and writers talking to the API server
 through a thin aiohttp client (``client.py``); credentials via kubernetes-asyncio (``config.py``).
 
-Modules: ``config`` (credentials), ``client`` (HTTP + ``check_response``), ``errors``,
+Modules: ``config`` (where the server is; kubeconfig and in-cluster loading), ``credentials`` (the
+Authorization header of every request, renewed as tokens rotate), ``client`` (HTTP +
+``check_response``), ``errors``,
 ``discovery`` (served resource.k8s.io version), ``reflector`` (list + watch), ``feeder`` (store
 ingest without going back in time), ``backend`` (``KubeBackend``), ``leader`` (Lease following),
 ``requeue`` (nudging rejected pods).

@@ -129,6 +129,8 @@ class KubeBackend:
         self.feeder = StoreFeeder(self.store, on_freed=self._freed)
         #: Set when a reflector failed for good: ``synced`` stays False.
         self.failure: BaseException | None = None
+        #: "<task>: <reason>" of ``failure``, for /readyz.
+        self._failure_reason = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._synced_event: asyncio.Event | None = None
         self._frozen = False
@@ -162,6 +164,22 @@ class KubeBackend:
     @property
     def synced(self) -> bool:
         return self.failure is None and bool(self.reflectors) and all(r.synced for r in self.reflectors.values())
+
+    @property
+    def not_ready_reason(self) -> str:
+        """Why ``synced`` is False, in a line for /readyz ("" when synced): the failure that
+        stopped a watch, else the kinds without a complete list and why their last LIST or WATCH
+        failed (a 401 or 403 names the credentials sent)."""
+        if self.failure is not None:
+            return self._failure_reason
+        if not self.reflectors:
+            return "the Kubernetes backend is not started"
+        waiting = [r for r in self.reflectors.values() if not r.synced]
+        if not waiting:
+            return ""
+        problems = [r.problem for r in waiting if r.problem]
+        line = "waiting for a complete list of " + ", ".join(r.resource.name for r in waiting)
+        return "; ".join([line, *problems])
 
     async def start(self) -> None:
         """Load credentials, discover the API, check access, then spawn one task per reflector.
@@ -200,7 +218,13 @@ class KubeBackend:
             self._tasks.append(self._helper(self.requeuer.run, "requeue rejected pods"))
         if self.settings.events:
             self._tasks.append(self._helper(self.events.run, "record events"))
-        log.info("kube.started", api=self.api_version, source=self.client.config.source, host=self.client.config.host)
+        log.info(
+            "kube.started",
+            api=self.api_version,
+            source=self.client.config.source,
+            host=self.client.config.host,
+            credentials=self.client.config.identity,
+        )
 
     async def stop(self) -> None:
         tasks = self._tasks
@@ -336,8 +360,10 @@ class KubeBackend:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                # Fatal (403 mid-run, a bug): stop being ready rather than serve a stale cache.
+                # Fatal (an unexpected answer, a bug): stop being ready rather than serve a stale
+                # cache. A refused request (401/403) is not: the reflector retries it.
                 self.failure = exc
+                self._failure_reason = f"{name}: {getattr(exc, 'reason', None) or f'{type(exc).__name__}: {exc}'}"
                 log.exception("kube.task_failed", task=name, reason=getattr(exc, "reason", str(exc)))
                 if self._synced_event is not None:
                     self._synced_event.set()

@@ -19,6 +19,14 @@ connection error, timeout  ``ApiUnavailable`` (from ``KubeClient``)
 Each mapped error chains an ``ApiStatusError`` (status, decoded ``Status``) as its cause. Only a
 Kubernetes ``Status`` body's ``message`` is kept; other bodies (HTML from a proxy, ...) are cut to
 256 characters so logs stay safe and short.
+
+Credentials: every request (watches included) carries the Authorization header its
+``ClusterConfig.credentials`` make at that moment. A 401 renews them (``Credentials.refresh``) and,
+when that gave a different credential, the request is sent once more: the API server authenticates
+before it does anything, so even a write is safe to repeat. ``KubeClient.fail`` is the one place a
+401/403 becomes ``AccessDenied``: its message names the credentials sent (``ClusterConfig.identity``)
+and it is logged once per identity, status, verb and resource (``kube.access_denied``), not on every
+retry.
 """
 
 from __future__ import annotations
@@ -32,14 +40,17 @@ from urllib.parse import urlencode
 
 import aiohttp
 import orjson
+import structlog
 
 from extender.core.errors import ApiUnavailable, InvalidObject, ObjectNotFound, OutcomeUnknown, WriteConflict
 
 from .config import ClusterConfig
 from .errors import AccessDenied, ApiStatusError, Gone, UnexpectedResponse
-from .transport import ConnectionLost, HttpPool
+from .transport import ConnectionLost, HttpPool, Response
 
 __all__ = ["BODY_LIMIT", "ClientSettings", "KubeClient", "check_response", "status_message"]
+
+log = structlog.get_logger()
 
 #: How much of a non-Status error body we keep.
 BODY_LIMIT = 256
@@ -83,7 +94,7 @@ def check_response(status: int, body: bytes, *, verb: str, resource: str) -> Non
 def raise_for_status(
     status: int, message: str, decoded: dict[str, Any] | None, *, verb: str, resource: str
 ) -> NoReturn:
-    """Raise the mapped error for ``status`` (also used for watch ERROR events)."""
+    """Raise the mapped error for ``status`` (``KubeClient.fail`` adds the credentials to refusals)."""
     cause = ApiStatusError(status, message, decoded)
     error: Exception
     if status == 409:
@@ -117,6 +128,8 @@ class KubeClient:
         self._session: aiohttp.ClientSession | None = None
         self._pool: HttpPool | None = None
         self._fixed_headers = {"User-Agent": settings.user_agent, "Accept": JSON}
+        #: (identity, status, verb, resource) of the refusals logged already.
+        self._refusals: set[tuple[str, int, str, str]] = set()
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -152,14 +165,19 @@ class KubeClient:
     def url(self, path: str) -> str:
         return self.config.host + path
 
-    async def _headers(self, content_type: str | None) -> dict[str, str]:
-        headers = {}
-        token = await self.config.auth()
-        if token:
-            headers["Authorization"] = token
-        if content_type:
-            headers["Content-Type"] = content_type
-        return headers
+    async def _authorization(self, headers: dict[str, str]) -> str | None:
+        """Put the current Authorization header into ``headers``; returns it (None: none sent)."""
+        value = await self.config.credentials.header()
+        if value:
+            headers["Authorization"] = value
+        else:
+            headers.pop("Authorization", None)
+        return value
+
+    async def _send_again(self, status: int, sent: str | None) -> bool:
+        """After an answer with ``status`` to a request sent with ``sent``: whether to send it once
+        more with renewed credentials (a 401, and the credentials changed)."""
+        return status == 401 and await self.config.credentials.refresh(sent)
 
     async def request(
         self,
@@ -176,14 +194,38 @@ class KubeClient:
         """One call; the decoded JSON answer, or the mapped error (see ``check_response``)."""
         data = None if body is None else orjson.dumps(body)
         headers = dict(self._fixed_headers)
-        token = await self.config.auth()
-        if token:
-            headers["Authorization"] = token
         if data is not None:
             headers["Content-Type"] = content_type
         target = path + ("?" + urlencode(params) if params else "")
+        for attempt in range(2):
+            sent = await self._authorization(headers)
+            response = await self._exchange(method, target, headers, data, timeout, verb=verb, resource=resource)
+            if attempt == 0 and await self._send_again(response.status, sent):
+                continue
+            break
+        raw, status = response.body, response.status
+        self.check(status, raw, verb=verb, resource=resource)
         try:
-            response = await self.pool.request(
+            decoded = orjson.loads(raw) if raw else {}
+        except orjson.JSONDecodeError as exc:
+            raise ApiUnavailable(f"{verb} {resource}: the answer is not JSON") from exc
+        if not isinstance(decoded, dict):
+            raise ApiUnavailable(f"{verb} {resource}: the answer is not a JSON object")
+        return decoded
+
+    async def _exchange(
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        data: bytes | None,
+        timeout: float | None,
+        *,
+        verb: str,
+        resource: str,
+    ) -> Response:
+        try:
+            return await self.pool.request(
                 method, target, headers, data, timeout=timeout or self.settings.request_timeout
             )
         except TimeoutError as exc:  # perhaps sent: whether it was carried out is unknown
@@ -193,15 +235,35 @@ class KubeClient:
             raise error(f"{verb} {resource}: {_describe(exc)}") from exc
         except OSError as exc:  # connecting failed: nothing was sent
             raise ApiUnavailable(f"{verb} {resource}: {_describe(exc)}") from exc
-        raw, status = response.body, response.status
-        check_response(status, raw, verb=verb, resource=resource)
+
+    def check(self, status: int, body: bytes, *, verb: str, resource: str) -> None:
+        """``check_response``, with refusals named and logged (``fail``)."""
+        if 200 <= status < 300:
+            return
+        message, decoded = status_message(body)
+        self.fail(status, message, decoded, verb=verb, resource=resource)
+
+    def fail(self, status: int, message: str, decoded: dict[str, Any] | None, *, verb: str, resource: str) -> NoReturn:
+        """``raise_for_status`` for this server (watch ERROR events come here too). A 401/403's
+        ``AccessDenied`` names the credentials sent, and is logged the first time this identity is
+        refused this verb on this resource (a retrying reflector or repeated binds log it once)."""
         try:
-            decoded = orjson.loads(raw) if raw else {}
-        except orjson.JSONDecodeError as exc:
-            raise ApiUnavailable(f"{verb} {resource}: the answer is not JSON") from exc
-        if not isinstance(decoded, dict):
-            raise ApiUnavailable(f"{verb} {resource}: the answer is not a JSON object")
-        return decoded
+            raise_for_status(status, message, decoded, verb=verb, resource=resource)
+        except AccessDenied as exc:
+            identity = self.config.identity
+            key = (identity, status, verb, resource)
+            if key not in self._refusals:
+                self._refusals.add(key)
+                log.warning(
+                    "kube.access_denied",
+                    status=status,
+                    verb=verb,
+                    resource=resource,
+                    credentials=identity,
+                    host=self.config.host,
+                    reason=message,
+                )
+            raise AccessDenied(f"{exc.reason} [sent: {identity}]", verb=verb, resource=resource) from exc.__cause__
 
     @asynccontextmanager
     async def stream(
@@ -209,27 +271,39 @@ class KubeClient:
     ) -> AsyncIterator[aiohttp.ClientResponse]:
         """Open a streaming GET (a watch): yields the response once its status was checked. A
         read that waits longer than ``inactivity_timeout`` raises ``asyncio.TimeoutError``."""
-        headers = await self._headers(None)
+        headers: dict[str, str] = {}
         limit = aiohttp.ClientTimeout(
             total=None, sock_connect=self.settings.connect_timeout, sock_read=inactivity_timeout
         )
-        try:
-            response = await self.session.get(
-                self.url(path),
-                params=params,
-                headers=headers,
-                timeout=limit,
-                server_hostname=self.config.tls_server_name,
-            )
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise ApiUnavailable(f"{verb} {resource}: {_describe(exc)}") from exc
+        for attempt in range(2):
+            sent = await self._authorization(headers)
+            try:
+                response = await self.session.get(
+                    self.url(path),
+                    params=params,
+                    headers=headers,
+                    timeout=limit,
+                    server_hostname=self.config.tls_server_name,
+                )
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                raise ApiUnavailable(f"{verb} {resource}: {_describe(exc)}") from exc
+            if attempt == 0 and response.status == 401:
+                try:
+                    again = await self._send_again(response.status, sent)
+                except BaseException:
+                    response.close()
+                    raise
+                if again:
+                    response.close()
+                    continue
+            break
         try:
             if not 200 <= response.status < 300:
                 try:
                     raw = await response.read()
                 except (TimeoutError, aiohttp.ClientError):
                     raw = b""
-                check_response(response.status, raw, verb=verb, resource=resource)
+                self.check(response.status, raw, verb=verb, resource=resource)
             yield response
         finally:
             # close, not release: an abandoned watch must not go back to the pool half-read

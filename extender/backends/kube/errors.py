@@ -4,7 +4,8 @@
 
     ExtenderError
     ├── Transient
-    │   └── Gone                    410: a resourceVersion or continue token too old (re-list)
+    │   ├── Gone                    410: a resourceVersion or continue token too old (re-list)
+    │   └── CredentialsUnavailable  the exec plugin failed, the token file is unreadable or empty
     ├── KubeStartupError            fatal: the backend cannot work with this server as configured
     │   ├── ServerUnreachable       no answer from the API server at all
     │   ├── AccessDenied            401/403, naming the verb and the resource
@@ -25,6 +26,7 @@ __all__ = [
     "AccessDenied",
     "ApiNotServed",
     "ApiStatusError",
+    "CredentialsUnavailable",
     "Gone",
     "KubeStartupError",
     "ServerUnreachable",
@@ -46,6 +48,12 @@ class Gone(Transient):
     """HTTP 410 (or a watch ERROR event with code 410): the resourceVersion is too old; re-list."""
 
 
+class CredentialsUnavailable(Transient):
+    """No Authorization header can be made now: the exec plugin failed or gave no token, the token
+    file cannot be read or is empty. Transient: a plugin or a kubelet may do better next time; the
+    reflectors retry with backoff, a bind answers ``Error``."""
+
+
 class KubeStartupError(ExtenderError):
     """The backend cannot start against this server; the message says what to fix."""
 
@@ -55,7 +63,8 @@ class ServerUnreachable(KubeStartupError):
 
 
 class AccessDenied(KubeStartupError):
-    """401/403. Fatal at startup; during bind it answers ``Error`` like any other failure."""
+    """401/403. Fatal at startup; during bind it answers ``Error`` like any other failure. The
+    message names the credentials sent (``ClusterConfig.identity``) when ``KubeClient`` raised it."""
 
     def __init__(self, reason: str, *, verb: str, resource: str) -> None:
         super().__init__(reason)

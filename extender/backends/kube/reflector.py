@@ -9,9 +9,10 @@
 - ``Reflector._list_then_watch``: list, then watch again and again from the last rv; a dropped or
   failed watch resumes from that rv (with backoff when it brought nothing); ``Gone`` returns so the
   caller re-lists.
-- ``Reflector.run``: the trivial forever loop, sleeping ``Backoff.next()`` after a failed LIST.
-  Errors that are not ``Transient`` (403, an unexpected status) propagate: the backend's guarded
-  task logs them and stops being ready.
+- ``Reflector.run``: the trivial forever loop, sleeping ``Backoff.next()`` after a failed LIST, or
+  after a LIST or WATCH refused with 401/403 (as client-go does; the kind is not synced until a
+  LIST succeeds again). Other errors that are not ``Transient`` (an unexpected status, a bug)
+  propagate: the backend's guarded task logs them and stops being ready.
 
 Time comes from injected ``sleep`` and ``clock``; ``max_cycles`` bounds the number of LIST and
 WATCH requests so tests can run the loop to completion.
@@ -32,8 +33,8 @@ import structlog
 
 from extender.core.errors import ApiUnavailable, Transient
 
-from .client import KubeClient, raise_for_status
-from .errors import Gone
+from .client import KubeClient
+from .errors import AccessDenied, Gone
 
 __all__ = [
     "Backoff",
@@ -205,21 +206,27 @@ class Reflector:
         self.events = 0
         self.list_seconds = 0.0
         self._quiet_gones = 0
+        #: Why the last LIST failed ("" once one succeeds): what /readyz says while not synced.
+        self.problem = ""
 
     # --- the loop -------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """List and watch until cancelled (or ``max_cycles``). Non-transient errors propagate."""
+        """List and watch until cancelled (or ``max_cycles``); a refused request is retried too
+        (``_refused``). Other errors that are not transient propagate."""
         try:
             while True:
                 try:
                     await self._list_then_watch()
                 except Transient as exc:  # the LIST failed (5xx, 429, timeout, 410 twice)
+                    self.problem = f"list {self.resource.name} failed, retrying: {exc.reason}"
                     delay = self._backoff.next()
                     log.warning(
                         "watch.list_failed", resource=self.resource.name, reason=exc.reason, retry_in_s=round(delay, 2)
                     )
                     await self._sleep(delay)
+                except AccessDenied as exc:
+                    await self._refused(exc)
         except _Stop:
             return
 
@@ -252,6 +259,19 @@ class Reflector:
                 # Ended before delivering anything: do not reconnect in a tight loop.
                 await self._sleep(self._backoff.next())
 
+    async def _refused(self, exc: AccessDenied) -> None:
+        """A LIST or WATCH answered 401/403. client-go's reflector retries those with backoff, and
+        so does this one: RBAC applied after the Deployment, a token being rotated or an
+        authenticating webhook that blinks must not need a restart. The kind counts as not synced
+        until a LIST succeeds again (what it holds may be stale: no change reaches it), so filter
+        answers "not synced" meanwhile and /readyz says why; the client logged the refusal, once
+        per identity, verb and resource."""
+        self.synced = False
+        self.problem = f"{exc.reason}; retrying"
+        delay = self._backoff.next()
+        log.debug("watch.refused", resource=self.resource.name, reason=exc.reason, retry_in_s=round(delay, 2))
+        await self._sleep(delay)
+
     def _next_cycle(self) -> None:
         if self.max_cycles is not None and self.cycles >= self.max_cycles:
             raise _Stop
@@ -271,6 +291,7 @@ class Reflector:
         if not version:
             raise ApiUnavailable(f"list {self.resource.name}: the answer has no resourceVersion")
         self.sink.replace(self.resource.kind, items)
+        self.problem = ""
         self.lists += 1
         self.list_seconds = self._clock() - started
         self._backoff.reset()
@@ -335,7 +356,7 @@ class Reflector:
             obj = {}
         if kind == "ERROR":
             code = obj.get("code")
-            raise_for_status(
+            self.client.fail(
                 code if isinstance(code, int) else 500,
                 str(obj.get("message") or obj.get("reason") or "watch error"),
                 obj,

@@ -2,7 +2,8 @@
 paging, re-list after 410 keeps the cache exact, a dropped stream resumes from the last event's
 resourceVersion (not the list's), BOOKMARK advances it, unknown event types are skipped with a
 log, a LIST 500 backs off (exact sequence, recorded sleep) and recovers, a 2 MB event line
-parses, a watch ERROR other than 410 re-watches after backoff, 403 is fatal, and cancellation
+parses, a watch ERROR other than 410 re-watches after backoff, a 403 (LIST or WATCH) backs off, leaves the kind
+unsynced and names verb and resource until a LIST succeeds again, and cancellation
 leaves no task behind. The strict fake API server is used by ``test_backend.py``."""
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from structlog.testing import capture_logs
 
 from extender.backends.kube.client import KubeClient
 from extender.backends.kube.config import ClusterConfig
-from extender.backends.kube.errors import AccessDenied
 from extender.backends.kube.feeder import StoreFeeder
 from extender.backends.kube.reflector import Reflector, Resource, WatchSettings
 from extender.state.store import ObjectStore
 
 from .scripted import Close, Fail, Hang, Raw, ScriptedApi, status
+from .test_backend import until
 
 SETTINGS = WatchSettings(backoff_initial=0.5, backoff_factor=2, backoff_max=4, jitter=0, inactivity_timeout=5)
 CLASSES = Resource("DeviceClass", "resource.k8s.io/v1", "deviceclasses")
@@ -197,11 +198,39 @@ async def test_a_two_megabyte_event_line_parses(harness: Harness) -> None:
     assert sorted(harness.store.classes) == ["b", "big"]
 
 
-async def test_forbidden_list_is_fatal_and_names_verb_and_resource(harness: Harness) -> None:
-    harness.api.lists = [Fail(403, 'deviceclasses.resource.k8s.io is forbidden: User "x" cannot list')]
-    with pytest.raises(AccessDenied) as info:
-        await harness.reflector(max_cycles=3).run()
-    assert info.value.verb == "list" and info.value.resource == "deviceclasses.resource.k8s.io"
+async def test_a_forbidden_list_is_retried_and_named_until_it_is_allowed(harness: Harness) -> None:
+    """As client-go's reflector: a refused LIST backs off and tries again (RBAC applied late)."""
+    api = harness.api
+    api.lists = [
+        Fail(403, 'deviceclasses.resource.k8s.io is forbidden: User "x" cannot list'),
+        Fail(403, 'deviceclasses.resource.k8s.io is forbidden: User "x" cannot list'),
+    ]
+    reflector = harness.reflector(max_cycles=2)
+    await reflector.run()
+    assert not reflector.synced and harness.sleeps == [0.5, 1.0]  # backed off after each refusal
+    assert reflector.problem.startswith("forbidden: cannot list deviceclasses.resource.k8s.io (HTTP 403)")
+    assert reflector.problem.endswith("; retrying")
+    api.lists = [api.page([device_class("a", 3)], "10")]
+    api.watches = [[bookmark(10)]]
+    reflector.max_cycles = 4
+    await reflector.run()
+    assert reflector.synced and reflector.problem == "" and sorted(harness.store.classes) == ["a"]
+
+
+async def test_a_watch_refused_after_the_sync_unsyncs_the_kind_until_a_list_succeeds(harness: Harness) -> None:
+    """The cache of a kind whose watch is refused may be stale: not synced (filter says so), until
+    a LIST succeeds again."""
+    api = harness.api
+    api.lists = [api.page([device_class("a", 3)], "10"), api.page([device_class("b", 4)], "20")]
+    api.watches = [[Fail(401, "Unauthorized")], [bookmark(20)]]
+    synced: list[bool] = []
+    reflector = harness.reflector(max_cycles=2)
+    await reflector.run()  # list, refused watch
+    synced.append(reflector.synced)
+    reflector.max_cycles = 4
+    await reflector.run()  # list again, watch
+    assert synced == [False] and reflector.synced and sorted(harness.store.classes) == ["b"]
+    assert harness.kinds() == ["list", "watch", "list", "watch"]
 
 
 async def test_cancellation_leaves_no_tasks(harness: Harness) -> None:
@@ -211,11 +240,7 @@ async def test_cancellation_leaves_no_tasks(harness: Harness) -> None:
     before = asyncio.all_tasks()
     reflector = harness.reflector(max_cycles=None)  # type: ignore[arg-type]
     task = asyncio.create_task(reflector.run(), name="watch deviceclasses")
-    for _ in range(200):
-        if "b" in harness.store.classes:
-            break
-        await asyncio.sleep(0.01)
-    assert "b" in harness.store.classes
+    await until(lambda: "b" in harness.store.classes)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
