@@ -58,6 +58,7 @@ from bench.scheduler_model import HttpExtender, ModelReport, ModelSettings, Sche
 from extender.server.eventloop import new_event_loop
 
 __all__ = [
+    "PATIENT_SERVICE_OPTIONS",
     "ClaimController",
     "RunResult",
     "Stack",
@@ -76,6 +77,15 @@ MODEL_AGENT = "bench-scheduler-model"
 #: Targets of issue 11 (kube backend, 5 ms API latency, 16 binds in flight).
 TARGET_PODS_PER_S = {500: 250.0, 5000: 100.0}
 TARGET_API_REQUESTS_PER_POD = 3.0
+#: In-process service options for a run whose counts must not depend on the machine's speed (the
+#: tests'): the service's own time limits far beyond anything a run needs. With the defaults (a
+#: hold lasts 2 s, a bind waits 3 s for template claims and takes 25 s in all) a heavily loaded
+#: machine could fail an attempt that the counts would blame on the extender.
+PATIENT_SERVICE_OPTIONS: dict[str, float] = {
+    "hold_seconds": 60.0,
+    "claim_wait_seconds": 60.0,
+    "bind_deadline_seconds": 90.0,
+}
 
 
 @dataclass(frozen=True)
@@ -120,9 +130,16 @@ class ClaimController:
     pod with template claims, after ``delay`` seconds (at most ``rate`` pods per second, in arrival
     order), create each claim from its template (owned by the pod, named ``<pod>-<claim>-xxxxx``)
     and then record it in the pod's ``status.resourceClaimStatuses``, as two writes to the fake's
-    storage. ``created[pod key]`` is when the last claim of a pod appeared."""
+    storage. ``created[pod key]`` is when the last claim of a pod appeared.
 
-    def __init__(self, fake: Any, *, delay: float = 0.02, rate: float | None = None, seed: int = 0) -> None:
+    ``held``: nothing is created until ``release()`` (the pods queue up meanwhile, and their delay
+    and rate count as usual from then on). A test holds the controller to have binds arrive before
+    their claims on any machine: with ``delay`` and ``rate`` alone, whether the controller is
+    behind the scheduler depends on how fast each of them runs."""
+
+    def __init__(
+        self, fake: Any, *, delay: float = 0.02, rate: float | None = None, seed: int = 0, held: bool = False
+    ) -> None:
         self.fake = fake
         self.delay = delay
         self.rate = rate
@@ -130,6 +147,13 @@ class ClaimController:
         self._rng = random.Random(seed)
         self._queue: asyncio.Queue[tuple[float, str]] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._released = asyncio.Event()
+        if not held:
+            self._released.set()
+
+    def release(self) -> None:
+        """Let a controller made with ``held`` create claims (idempotent)."""
+        self._released.set()
 
     def start(self) -> None:
         self.fake.storage.subscribe(self._changed)
@@ -159,6 +183,7 @@ class ClaimController:
         next_slot = 0.0
         while True:
             seen, key = await self._queue.get()
+            await self._released.wait()
             now = time.perf_counter()
             wait = max(seen + self.delay, next_slot) - now
             if wait > 0:
@@ -445,6 +470,7 @@ async def kube_stack(
     latency: float = 0.005,
     controller_delay: float = 0.02,
     controller_rate: float | None = None,
+    controller_held: bool = False,
     in_process: bool = True,
     fake_process: bool = False,
     scoring: str | None = None,
@@ -462,7 +488,11 @@ async def kube_stack(
     a process of their own (``bench/fake_cluster.py``) and the model learns of pod changes through
     a pod watch, as kube-scheduler does. ``fake_options`` go to the fake (``resource_versions``,
     ``classic``, ...); ``classic_drivers`` run as classic DRA driver controllers beside it
-    (tests/fakes/classic_driver.py; in-process fake only)."""
+    (tests/fakes/classic_driver.py; in-process fake only). With ``controller_held`` the claim
+    controller creates nothing until ``stack.controller.release()`` (``ClaimController``;
+    in-process fake only)."""
+    if fake_process and controller_held:
+        raise ValueError("controller_held needs the fake in this process (fake_process=False)")
     if fake_process:
         async with _fake_process_stack(
             objects,
@@ -489,7 +519,9 @@ async def kube_stack(
         seed_fake(fake, objects, pods=seed_pods)
         for driver in classic_drivers:
             await drivers.enter_async_context(running_driver(fake, driver))
-        controller = ClaimController(fake, delay=controller_delay, rate=controller_rate, seed=seed)
+        controller = ClaimController(
+            fake, delay=controller_delay, rate=controller_rate, seed=seed, held=controller_held
+        )
         controller.start()
         controller.enqueue_existing()
         if latency > 0:
@@ -686,9 +718,14 @@ class RunResult:
 
 
 async def run_model(
-    stack: Stack, settings: ModelSettings, *, connections: int | None = None
+    stack: Stack,
+    settings: ModelSettings,
+    *,
+    connections: int | None = None,
+    before_attempt: Callable[[str, int], Awaitable[None]] | None = None,
 ) -> tuple[ModelReport, HttpExtender, dict[str, float]]:
-    """One model run against ``stack``: the report, the client (its latencies) and CPU figures."""
+    """One model run against ``stack``: the report, the client (its latencies) and CPU figures.
+    ``before_attempt`` goes to the model (``SchedulerModel``: a test's wait before an attempt)."""
     async with LeanClient("127.0.0.1", stack.port, connections or settings.binds_in_flight + 4) as http:
         extender = HttpExtender(http)
         model = SchedulerModel(
@@ -699,6 +736,7 @@ async def run_model(
             current=stack.current,
             signature=signature,
             create=stack.create_pod,
+            before_attempt=before_attempt,
         )
         unsubscribe = stack.subscribe(model.wake)
         stack.mark_requests()

@@ -305,9 +305,14 @@ class SchedulerModel:
         current: Callable[[str], dict[str, Any] | None] | None = None,
         signature: Callable[[dict[str, Any]], str] = lambda _pod: "",
         create: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
+        before_attempt: Callable[[str, int], Awaitable[None]] | None = None,
     ) -> None:
         """``create(pod)`` creates a pod in the cluster when ``arrival_rate`` is set and returns it
-        as created (the API server gives it its UID)."""
+        as created (the API server gives it its UID). ``before_attempt(key, attempt)`` is awaited
+        on the serial cycle before each scheduling attempt (``attempt`` 1 is the pod's first): a
+        test holds a retry there until what the backoff's real seconds usually cover has happened
+        (a driver's answer, say), so that the counts it asserts do not depend on the machine's
+        speed. None: no wait, as kube-scheduler."""
         self.extender = extender
         self.nodes = list(nodes)
         self.settings = settings
@@ -322,6 +327,7 @@ class SchedulerModel:
             self._pods[key] = _Pod(key, obj, self._start, nominated=nominated, signature=signature(obj))
         self.report = ModelReport(pods=len(self._pods))
         self._create = create
+        self._before_attempt = before_attempt
         arriving = settings.arrival_rate > 0
         self._arrivals: deque[str] = deque(self._pods) if arriving else deque()
         self._active: deque[str] = deque() if arriving else deque(self._pods)
@@ -468,6 +474,8 @@ class SchedulerModel:
 
     async def _cycle(self, pod: _Pod) -> bool:
         """One scheduling attempt; True when a binding cycle was started (it owns the slot)."""
+        if self._before_attempt is not None:
+            await self._before_attempt(pod.key, pod.attempts + 1)
         pod.attempts += 1
         self.report.attempts += 1
         events_at_pop = self._events

@@ -10,7 +10,8 @@ Run from the repository root::
 The stack is ``bench.pipeline``'s: the strict fake API server (5 ms on every request but watches)
 and the resourceclaim controller model in this process, ``dra-extender serve --kubeconfig`` in a
 process of its own, ``bench.scheduler_model`` as kube-scheduler. Every ``--fault-every`` seconds
-the next fault of a cycle is injected into the fake:
+(or, with ``--fault-every-binds``, every so many pods bound: the same faults per pod on a fast
+machine and a slow one, as ``--quick`` paces them) the next fault of a cycle is injected into the fake:
 
 - ``conflicts``: the next 20 claim status writes answer 409 (until the next fault at most);
 - ``errors``: the next 20 requests (any, but watches) answer 500 (until the next fault at most);
@@ -135,38 +136,94 @@ def scan(fake: Any, ledger_entries: int) -> Scan:
     return result
 
 
-async def _chaos(stack: Stack, every: float, injected: Counter[str], stop: asyncio.Event, deleted: list[str]) -> None:
+def _node_name(pod: dict[str, Any]) -> str:
+    return str((pod.get("spec") or {}).get("nodeName") or "")
+
+
+class _Bindings:
+    """Counts the bindings the fake API server commits (a pod's ``spec.nodeName`` set), so that
+    faults can be paced by the run's progress instead of by the clock: with a fault every so many
+    seconds, a fast machine is done before every kind of fault came, and a slow one meets many
+    faults per pod."""
+
+    def __init__(self, fake: Any) -> None:
+        self.fake = fake
+        self.count = 0
+        self._changed = asyncio.Event()
+        fake.storage.subscribe(self._on_change)
+
+    def close(self) -> None:
+        self.fake.storage.unsubscribe(self._on_change)
+
+    def _on_change(self, change: Any) -> None:
+        if change.collection != ("", "pods") or change.type == "DELETED":
+            return
+        if _node_name(change.obj) and not _node_name(change.prev or {}):
+            self.count += 1
+            self._changed.set()
+
+    async def reach(self, count: int, stop: asyncio.Event) -> None:
+        """Until ``count`` bindings have been committed, or ``stop`` is set."""
+        while self.count < count and not stop.is_set():
+            self._changed.clear()
+            waits = [asyncio.ensure_future(self._changed.wait()), asyncio.ensure_future(stop.wait())]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for wait in waits:
+                    wait.cancel()
+
+
+async def _chaos(
+    stack: Stack,
+    every: float,
+    injected: Counter[str],
+    stop: asyncio.Event,
+    deleted: list[str],
+    *,
+    every_binds: int = 0,
+) -> None:
+    """Inject the next fault every ``every`` seconds or, with ``every_binds``, each time that many
+    more pods have been bound, until ``stop``."""
     fake = stack.fake
     assert fake is not None
+    bindings = _Bindings(fake) if every_binds > 0 else None
     window: Any = None  # the failing requests of the last fault: at most 20, until the next fault
-    for fault in _cycle():
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), every)
-        if window is not None:
-            window.times = window.hits  # spent: each window ends when the next fault comes
-            window = None
-        if stop.is_set():
-            return
-        if fault == "conflicts":
-            window = fake.fail("PUT", r"/resourceclaims/[^/]+/status$", status=409, times=20)
-        elif fault == "errors":
-            window = fake.fail(None, "", status=500, times=20, watch=False, message="injected soak fault")
-        elif fault == "watches dropped":
-            fake.drop_watches()
-        elif fault == "relist":
-            fake.drop_watches()
-            fake.compact()
-        elif fault == "restart":
-            fake.restart()
-        else:
-            # a pod that ran to its end and went away: the resourceclaim controller frees its claim
-            bound = [p for p in fake.objects("Pod") if (p.get("spec") or {}).get("nodeName")]
-            if not bound:
-                continue
-            victim = bound[len(bound) // 2]["metadata"]
-            fake.delete_object("Pod", victim["namespace"], victim["name"])
-            deleted.append(victim["name"])
-        injected[fault] += 1
+    try:
+        for fault in _cycle():
+            if bindings is not None:
+                await bindings.reach(bindings.count + every_binds, stop)
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), every)
+            if window is not None:
+                window.times = window.hits  # spent: each window ends when the next fault comes
+                window = None
+            if stop.is_set():
+                return
+            if fault == "conflicts":
+                window = fake.fail("PUT", r"/resourceclaims/[^/]+/status$", status=409, times=20)
+            elif fault == "errors":
+                window = fake.fail(None, "", status=500, times=20, watch=False, message="injected soak fault")
+            elif fault == "watches dropped":
+                fake.drop_watches()
+            elif fault == "relist":
+                fake.drop_watches()
+                fake.compact()
+            elif fault == "restart":
+                fake.restart()
+            else:
+                # a pod that ran to its end and went away: the resourceclaim controller frees its claim
+                bound = [p for p in fake.objects("Pod") if (p.get("spec") or {}).get("nodeName")]
+                if not bound:
+                    continue
+                victim = bound[len(bound) // 2]["metadata"]
+                fake.delete_object("Pod", victim["namespace"], victim["name"])
+                deleted.append(victim["name"])
+            injected[fault] += 1
+    finally:
+        if bindings is not None:
+            bindings.close()
 
 
 def _cycle() -> Any:
@@ -190,8 +247,16 @@ async def _settled_ledger(port: int, timeout: float) -> int:
 
 
 async def soak(
-    workload: Workload, model: ModelSettings, *, fault_every: float, latency: float, settle_seconds: float
+    workload: Workload,
+    model: ModelSettings,
+    *,
+    fault_every: float,
+    latency: float,
+    settle_seconds: float,
+    fault_every_binds: int = 0,
 ) -> tuple[ModelReport, Scan, Counter[str]]:
+    """The run and the scan; a fault every ``fault_every`` seconds, or every ``fault_every_binds``
+    pods bound when that is set."""
     injected: Counter[str] = Counter()
     deleted: list[str] = []
     objects = workload_objects(workload)
@@ -200,7 +265,9 @@ async def soak(
         assert stack.fake is not None
         async with ReservationController(stack.fake, interval=0.5) as cleaner:
             stop = asyncio.Event()
-            chaos = asyncio.create_task(_chaos(stack, fault_every, injected, stop, deleted))
+            chaos = asyncio.create_task(
+                _chaos(stack, fault_every, injected, stop, deleted, every_binds=fault_every_binds)
+            )
             try:
                 report, _, _ = await run_model(stack, model)
             finally:
@@ -219,11 +286,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--nodes", type=int, default=1100, help="nodes of 10 GPUs (default 1100)")
     parser.add_argument("--claims", choices=("direct", "template"), default="direct")
     parser.add_argument("--fault-every", type=float, default=2.0, help="seconds between faults (default 2)")
+    parser.add_argument(
+        "--fault-every-binds",
+        type=int,
+        default=0,
+        help="a fault every N pods bound instead of every --fault-every seconds: the same faults per pod on "
+        "any machine (default 0: by seconds)",
+    )
     parser.add_argument("--latency", type=float, default=0.005, help="API latency, seconds (default 0.005)")
     parser.add_argument("--time-limit", type=float, default=900.0, help="the model's time limit (default 900 s)")
     parser.add_argument("--settle-seconds", type=float, default=30.0, help="wait for the ledger to drain")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="500 pods on 60 nodes, a fault every 0.1 s")
+    parser.add_argument("--quick", action="store_true", help="500 pods on 60 nodes, a fault every 10 pods bound")
     parser.add_argument("--json", metavar="PATH", help="also write the figures as JSON")
     return parser
 
@@ -231,18 +305,28 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.quick:
-        args.pods, args.nodes, args.fault_every, args.time_limit = 500, 60, 0.1, 300.0
+        # Faults paced by bindings, not seconds (about 50, 8 of each kind): a fast machine
+        # still meets every kind of fault, a slow one no more per pod than a fast one.
+        args.pods, args.nodes, args.fault_every_binds, args.time_limit = 500, 60, 10, 300.0
     workload = Workload(nodes=args.nodes, devices=10, pods=args.pods, claims=args.claims, seed=args.seed)
     # A pod is given up only after many attempts: under a fault every few seconds (and
     # SchedulerPopFromBackoffQ retrying at once when the queue is empty), 50 can go in one burst.
     model = ModelSettings(binds_in_flight=16, time_limit=args.time_limit, max_attempts=1000, seed=args.seed)
     report, result, injected = asyncio.run(
-        soak(workload, model, fault_every=args.fault_every, latency=args.latency, settle_seconds=args.settle_seconds)
+        soak(
+            workload,
+            model,
+            fault_every=args.fault_every,
+            latency=args.latency,
+            settle_seconds=args.settle_seconds,
+            fault_every_binds=args.fault_every_binds,
+        )
     )
     summary = report.summary()
+    pace = f"{args.fault_every_binds} pods bound" if args.fault_every_binds > 0 else f"{args.fault_every:g} s"
     print(
         f"Python {platform.python_version()}, {args.pods} pods ({args.claims} claims) on {args.nodes} nodes x 10 GPUs, "
-        f"API latency {args.latency * 1000:g} ms, a fault every {args.fault_every:g} s"
+        f"API latency {args.latency * 1000:g} ms, a fault every {pace}"
     )
     print()
     print("| run | value |")

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from bench.pipeline import embedded_stack, kube_stack, run_model
+from bench.pipeline import PATIENT_SERVICE_OPTIONS, embedded_stack, kube_stack, run_model
 from bench.scheduler_model import ModelSettings
 from tests import manifests as m
 from tests.fakes.claim_controller import ReservationController
@@ -62,9 +62,10 @@ def workload() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 async def test_preemptors_under_the_scheduler_model(backend: str) -> None:
     objects, preemptors = workload()
     if backend == "kube":
-        stack_cm = kube_stack(objects, latency=0.005, in_process=True)
+        # no time limit of the service (a hold's 2 s, say) decides a count on a loaded machine
+        stack_cm = kube_stack(objects, latency=0.005, in_process=True, service_options=PATIENT_SERVICE_OPTIONS)
     else:
-        stack_cm = embedded_stack(objects, in_process=True)
+        stack_cm = embedded_stack(objects, in_process=True, service_options=PATIENT_SERVICE_OPTIONS)
     async with stack_cm as stack, contextlib.AsyncExitStack() as extra:
         if stack.fake is not None:
             await extra.enter_async_context(ReservationController(stack.fake))

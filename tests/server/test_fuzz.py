@@ -92,14 +92,16 @@ def stack() -> Iterator[Stack]:
 
     previous = structlog.get_config()
     structlog.configure(processors=[*previous["processors"][:-1], record_crashes, previous["processors"][-1]])
-    ready, box = threading.Event(), {}
-    thread = threading.Thread(target=_serve, args=(ready, box), daemon=True)
-    thread.start()
-    assert ready.wait(30), "the stack did not start"
-    yield Stack(box["port"], box["fake"], box["service"], crashes)
-    box["loop"].call_soon_threadsafe(box["halt"].set)
-    thread.join(10)
-    structlog.configure(**previous)
+    try:  # the global logging configuration is put back whatever happens: later tests log too
+        ready, box = threading.Event(), {}
+        thread = threading.Thread(target=_serve, args=(ready, box), daemon=True)
+        thread.start()
+        assert ready.wait(30), "the stack did not start"
+        yield Stack(box["port"], box["fake"], box["service"], crashes)
+        box["loop"].call_soon_threadsafe(box["halt"].set)
+        thread.join(10)
+    finally:
+        structlog.configure(**previous)
 
 
 def request(stack: Stack, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:

@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 from extender.backends.embedded import EmbeddedBackend
 from extender.server import ServerSettings, create_app
 from extender.state.service import SchedulingService
+from tests.timing import TickingClock
 
 Client = TestClient[Any, Any]
 CLUSTER = Path(__file__).parent / "fixtures" / "small-cluster.yaml"
@@ -31,7 +32,9 @@ def backend() -> EmbeddedBackend:
 
 @pytest.fixture
 async def client(aiohttp_client: Callable[..., Awaitable[Client]], backend: EmbeddedBackend) -> Client:
-    service = SchedulingService(backend=backend)
+    # a clock that stands still: a hold lasts until its pod's next request however slow this
+    # machine is between two requests (the counts of test_metrics_follow_the_cache depend on it)
+    service = SchedulingService(backend=backend, clock=TickingClock())
     return await aiohttp_client(create_app(service, ServerSettings(path_prefix="/v1")))
 
 

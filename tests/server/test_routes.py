@@ -506,7 +506,10 @@ async def test_warm_caches_are_frozen_and_young_objects_collected_less_often(mak
 
     from extender.server.app import GC_THRESHOLDS
 
+    # The collector's settings are the process's: start from the defaults and nothing frozen, not
+    # from what an app of an earlier test (any order) left behind, which would pass this test alone.
     gc.set_threshold(700, 10, 10)
+    gc.unfreeze()
     client = await make_client()
     status, _ = await post(client, "/filter", {"Pod": pod(), "NodeNames": ["node-1"]})
     assert status == 200

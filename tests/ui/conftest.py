@@ -57,14 +57,14 @@ class Server:
         return f"{self.url}ui/"
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=10) as answer:
+        with urllib.request.urlopen(self.url + path, timeout=60) as answer:
             return json.loads(answer.read())
 
     def post(self, path: str, body: dict[str, Any]) -> Any:
         request = urllib.request.Request(
             self.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
         )
-        with urllib.request.urlopen(request, timeout=10) as answer:
+        with urllib.request.urlopen(request, timeout=60) as answer:
             return json.loads(answer.read())
 
 

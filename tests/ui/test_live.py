@@ -8,12 +8,17 @@ from typing import Any
 
 import pytest
 
-from tests.ui.conftest import Console, Server, open_map
+from tests.ui.conftest import TIMEOUT_MS, Console, Server, open_map
 
 #: Without Playwright the module is skipped with this reason (pytest -rs prints it), never passed.
-expect = pytest.importorskip(
+_playwright = pytest.importorskip(
     "playwright.sync_api", reason="browser tests need playwright: pip install -e '.[dev]'"
-).expect
+)
+#: Playwright's ``expect`` gives up after 5 s whatever the page's default timeout, which a loaded
+#: machine can take; this module's own instance waits up to ``TIMEOUT_MS``, a bound against a hang
+#: only (the global ``expect`` is left as it is).
+expect = type(_playwright.expect)()
+expect.set_options(timeout=TIMEOUT_MS)
 
 ALL_NODES = ["node-1", "node-2", "node-3", "node-4"]
 
@@ -77,7 +82,7 @@ def test_polling_takes_over_when_the_event_stream_fails(page: Any, demo: Server,
     allocated = devices_of_claim(demo, "default/small-slice")
     assert len(allocated) == 1, allocated
     (device_id,) = allocated
-    # polled every 2 s: well within the default timeout
+    # the next poll (every 2 s) shows it; expect's TIMEOUT_MS only bounds a hang
     expect(page.locator(f"#nodes .cell[data-device-id='{device_id}']")).to_have_attribute("data-state", "allocated")
     assert_not_reloaded(page)
 

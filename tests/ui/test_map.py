@@ -9,12 +9,17 @@ from typing import Any
 
 import pytest
 
-from tests.ui.conftest import DASH, Server, change_and_wait, open_map, wait_rendered
+from tests.ui.conftest import DASH, TIMEOUT_MS, Server, change_and_wait, open_map, wait_rendered
 
 #: Without Playwright the module is skipped with this reason (pytest -rs prints it), never passed.
-expect = pytest.importorskip(
+_playwright = pytest.importorskip(
     "playwright.sync_api", reason="browser tests need playwright: pip install -e '.[dev]'"
-).expect
+)
+#: Playwright's ``expect`` gives up after 5 s whatever the page's default timeout, which a loaded
+#: machine can take; this module's own instance waits up to ``TIMEOUT_MS``, a bound against a hang
+#: only (the global ``expect`` is left as it is).
+expect = type(_playwright.expect)()
+expect.set_options(timeout=TIMEOUT_MS)
 
 
 def api_devices(demo: Server, query: str = "") -> dict[str, dict[str, Any]]:
@@ -186,5 +191,5 @@ def test_a_pod_that_fits_nowhere_shows_what_its_closest_nodes_lack(page: Any, de
     says no node is available and, per closest node, what is short there (the why's detail)."""
     open_map(page, demo.ui)
     item = page.locator("#pending li[data-pod='default/big-training']")
-    expect(item.locator("[data-reason]")).to_contain_text("0/4 nodes are available", timeout=20_000)
+    expect(item.locator("[data-reason]")).to_contain_text("0/4 nodes are available")
     expect(item).to_contain_text("needs 9, only 8 devices match the selectors")

@@ -10,12 +10,17 @@ from typing import Any
 import pytest
 
 from bench import cluster_gen
-from tests.ui.conftest import DASH, Server, change_and_wait, open_map, serve
+from tests.ui.conftest import DASH, TIMEOUT_MS, Server, change_and_wait, open_map, serve
 
 #: Without Playwright the module is skipped with this reason (pytest -rs prints it), never passed.
-expect = pytest.importorskip(
+_playwright = pytest.importorskip(
     "playwright.sync_api", reason="browser tests need playwright: pip install -e '.[dev]'"
-).expect
+)
+#: Playwright's ``expect`` gives up after 5 s whatever the page's default timeout, which a loaded
+#: machine can take; this module's own instance waits up to ``TIMEOUT_MS``, a bound against a hang
+#: only (the global ``expect`` is left as it is).
+expect = type(_playwright.expect)()
+expect.set_options(timeout=TIMEOUT_MS)
 
 NODES = 120
 

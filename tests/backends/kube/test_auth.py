@@ -47,7 +47,7 @@ from tests.fakes import FakeApiServer
 
 from .test_backend import until
 
-FAST = WatchSettings(backoff_initial=0.01, backoff_max=0.05, jitter=0, inactivity_timeout=5)
+FAST = WatchSettings(backoff_initial=0.01, backoff_max=0.05, jitter=0, inactivity_timeout=60)
 SETTINGS = KubeSettings(watch=FAST, freeze_gc=False, requeue=None)
 #: The kinds the backend watches against the fake's default server (no classic DRA).
 WATCHED = 7

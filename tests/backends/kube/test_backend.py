@@ -29,7 +29,7 @@ from extender.state.service import DELETE_PROTECTION_FINALIZER, SchedulingServic
 from tests import manifests as m
 from tests.fakes import FakeApiServer
 
-FAST = WatchSettings(backoff_initial=0.01, backoff_max=0.05, jitter=0, inactivity_timeout=5)
+FAST = WatchSettings(backoff_initial=0.01, backoff_max=0.05, jitter=0, inactivity_timeout=60)
 
 
 def settings(**changes: Any) -> KubeSettings:

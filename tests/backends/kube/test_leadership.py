@@ -21,7 +21,7 @@ from tests import manifests as m
 from tests.backends.kube.test_backend import assert_consistent, claim_in_fake, node_of, until
 from tests.fakes import FakeApiServer
 
-FAST = WatchSettings(backoff_initial=0.01, backoff_max=0.05, jitter=0, inactivity_timeout=5)
+FAST = WatchSettings(backoff_initial=0.01, backoff_max=0.05, jitter=0, inactivity_timeout=60)
 
 
 def lease(holder: str, *, renewed: str = "2025-01-01T00:00:00.000000Z", duration: int = 15) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from extender.state.store import ObjectStore
 from .scripted import Close, Fail, Hang, Raw, ScriptedApi, status
 from .test_backend import until
 
-SETTINGS = WatchSettings(backoff_initial=0.5, backoff_factor=2, backoff_max=4, jitter=0, inactivity_timeout=5)
+SETTINGS = WatchSettings(backoff_initial=0.5, backoff_factor=2, backoff_max=4, jitter=0, inactivity_timeout=60)
 CLASSES = Resource("DeviceClass", "resource.k8s.io/v1", "deviceclasses")
 
 ServerFactory = Callable[..., Awaitable[TestServer]]
