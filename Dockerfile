@@ -24,7 +24,7 @@ RUN /opt/dra-extender/bin/pip install \
         "aiohttp>=3.9" \
         "structlog>=24.1" \
         "prometheus-client>=0.20" \
-        "kubernetes-asyncio>=30.0" \
+        "kubernetes-asyncio>=30.1,<37" \
         "httptools>=0.6" \
         "greenlet>=3.0" \
         "uvloop>=0.19"
