@@ -45,6 +45,7 @@ GROUP = "resource.k8s.io"
 V1 = f"{GROUP}/v1"
 
 _counter = itertools.count(1)
+_replica_numbers = itertools.count(1)
 
 
 @dataclass
@@ -174,7 +175,7 @@ class Deployment:
 
     def start_pair(self, *, extender_args: Sequence[str] = (), leader_election: bool = True) -> Pair:
         """One more replica: the extender (ready), then its kube-scheduler (healthy)."""
-        index = len(self.pairs) + 1
+        index = next(_replica_numbers)  # never a running pair's name, even after one was stopped
         name = f"replica-{index}"
         extender = Extender(
             self.kubeconfig,
@@ -188,8 +189,10 @@ class Deployment:
         election = config.setdefault("leaderElection", {})
         election["leaderElect"] = leader_election
         if leader_election:
-            # a stopped leader's Lease is taken over within seconds (defaults: 15 s / 10 s / 2 s)
-            election.update(leaseDuration="4s", renewDeadline="3s", retryPeriod="500ms")
+            # kube-scheduler's own defaults: a crashed leader's Lease is taken over within 15 s. Shorter
+            # ones would tie the tier to the machine's speed: a leader starved of CPU past its renew
+            # deadline loses the Lease, and kube-scheduler exits when it does.
+            election.update(leaseDuration="15s", renewDeadline="10s", retryPeriod="2s")
         try:
             scheduler = self.plane.start_scheduler(config, name=f"kube-scheduler-{name}")
         except BaseException:
@@ -213,6 +216,26 @@ class Deployment:
     def stop(self) -> None:
         for pair in list(self.pairs):
             self.stop_pair(pair)
+
+    def stand_in(self, pair: Pair, by: Pair) -> Pair:
+        """The stopped ``pair`` now stands for the running ``by`` (the same object with ``by``'s
+        processes), so that a session fixture holding ``pair`` stays valid after a fail-over."""
+        self.pairs.remove(by)
+        pair.name, pair.extender, pair.scheduler = by.name, by.extender, by.scheduler
+        self.pairs.insert(0, pair)
+        return pair
+
+    def leading_pair(self) -> Pair | None:
+        """The running pair whose kube-scheduler acquired the Lease (its log says so; every pair runs
+        on this host, so the Lease's ``<hostname>_<uuid>`` does not tell them apart). A scheduler
+        that loses the Lease exits, so at most one running pair has acquired it."""
+        leading = [
+            p
+            for p in self.pairs
+            if p.scheduler.alive()
+            and '"Successfully acquired lease"' in p.scheduler.log.read_text(errors="replace").rpartition("\n===== ")[2]
+        ]
+        return leading[0] if len(leading) == 1 else None
 
     def leader(self) -> str | None:
         """The holder identity of the scheduler's Lease (kube-scheduler writes ``<host>_<uuid>``)."""
@@ -259,6 +282,19 @@ class Scenario:
 
     def create(self, doc: dict[str, Any]) -> dict[str, Any]:
         made: dict[str, Any] = self.admin.create(_collection_path(doc), doc)
+        self._made.append(doc)
+        return made
+
+    def create_as_kubectl(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """``create`` with the body as kubectl (Go's encoding/json) sends it: compact, with ``<``,
+        ``>`` and ``&`` escaped. The API server keeps a claim's opaque ``parameters`` as the bytes it
+        was sent and compares those bytes when it checks that the spec did not change, so how they
+        were sent decides whether a JSON client (the extender) can update the claim
+        (test_claims.py)."""
+        text = json.dumps(doc, separators=(",", ":"), ensure_ascii=False)
+        for char, escaped in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026")):
+            text = text.replace(char, escaped)
+        made: dict[str, Any] = self.admin.request("POST", _collection_path(doc), text.encode())
         self._made.append(doc)
         return made
 
@@ -334,11 +370,12 @@ class Scenario:
         templates: Sequence[str] = (),
         priority: str | None = None,
         labels: Mapping[str, str] | None = None,
+        scheduler_name: str = SCHEDULER_NAME,
     ) -> None:
         refs = [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)]
         refs += [{"name": f"t{i}", "resourceClaimTemplateName": t} for i, t in enumerate(templates)]
         spec: dict[str, Any] = {
-            "schedulerName": SCHEDULER_NAME,
+            "schedulerName": scheduler_name,
             "terminationGracePeriodSeconds": 0,
             "containers": [
                 {

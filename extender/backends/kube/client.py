@@ -71,6 +71,29 @@ class ClientSettings:
     user_agent: str = "dra-extender"
 
 
+#: What Go's encoding/json escapes in strings and orjson does not (HTML characters, JavaScript's
+#: line separators); outside strings JSON text has none of them, so bytes can be replaced as they are.
+_GO_ESCAPES = (
+    (b"<", b"\\u003c"),
+    (b">", b"\\u003e"),
+    (b"&", b"\\u0026"),
+    ("\u2028".encode(), b"\\u2028"),
+    ("\u2029".encode(), b"\\u2029"),
+)
+
+
+def encode_body(body: Any) -> bytes:
+    """``body`` as JSON the way the API server (Go) writes it. The server keeps a claim's opaque
+    ``parameters`` as the bytes it was sent and compares those bytes when it checks that the
+    immutable spec did not change; it serves them escaped as Go escapes, so an update that sends
+    them back differently (``&`` for ``\\u0026``) is refused with "field is immutable"."""
+    data = orjson.dumps(body)
+    for char, escaped in _GO_ESCAPES:
+        if char in data:
+            data = data.replace(char, escaped)
+    return data
+
+
 def status_message(body: bytes) -> tuple[str, dict[str, Any] | None]:
     """(message, Status dict or None) from an error body."""
     try:
@@ -192,7 +215,7 @@ class KubeClient:
         timeout: float | None = None,
     ) -> dict[str, Any]:
         """One call; the decoded JSON answer, or the mapped error (see ``check_response``)."""
-        data = None if body is None else orjson.dumps(body)
+        data = None if body is None else encode_body(body)
         headers = dict(self._fixed_headers)
         if data is not None:
             headers["Content-Type"] = content_type

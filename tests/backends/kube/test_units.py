@@ -369,3 +369,15 @@ def test_a_relist_forgets_contexts_and_budgets_that_are_gone(kind: str, api_vers
     assert set(getattr(store, table)) == {"default/a", "default/b"}
     feeder.replace(kind, [obj("b")])
     assert set(getattr(store, table)) == {"default/b"}
+
+
+def test_bodies_are_encoded_as_go_encodes_them() -> None:
+    """The API server keeps a claim's opaque parameters as the bytes it was sent and compares them
+    when it checks the spec did not change: they go back escaped as Go (kubectl, client-go) wrote
+    them, or an update of the claim is refused as changing an immutable field."""
+    from extender.backends.kube.client import encode_body
+
+    body = {"env": "A=1 && B=<2>", "line": "x\u2028y\u2029z", "plain": "ok"}
+    data = encode_body(body)
+    assert data == (b'{"env":"A=1 \\u0026\\u0026 B=\\u003c2\\u003e","line":"x\\u2028y\\u2029z","plain":"ok"}')
+    assert orjson.loads(data) == body  # the same JSON value

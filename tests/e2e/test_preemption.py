@@ -1,0 +1,197 @@
+"""Device-aware preemption on a real control plane (docs/preemption.md, spec/preemption.md §2).
+
+kube-scheduler 1.36 never preempts for a device-only shortage (its dry run knows nothing of devices),
+so the extender does it: it evicts an irreducible set of lower-priority device holders through the
+Eviction API, holds the freed devices for the preemptor (a nomination), and the preemptor binds once
+kube-controller-manager's resourceclaim controller has deallocated the victims' claims.
+
+Fake nodes have no kubelet, so the test plays the two parts of it that matter here:
+- a bound device holder is marked Running and Ready (``status.phase``, ``conditions``, ``startTime``):
+  the API server's eviction skips PodDisruptionBudgets for Pending pods, and the disruption controller
+  counts only Ready pods as healthy;
+- a device holder carries a finalizer standing for its running containers. Its pods have
+  ``terminationGracePeriodSeconds: 0`` (``Scenario.pod``), so without one an evicted pod would vanish
+  at once; with it, the evicted pod stays Terminating (a deletionTimestamp and the Eviction API's
+  ``DisruptionTarget`` condition, which is how the test tells an eviction from a DELETE) until the test,
+  as the kubelet would once the containers stopped, removes the finalizer. Meanwhile the preemptor
+  must wait and the victim's claim keep its device; after it, kube-controller-manager's resourceclaim
+  controller clears the claim's ``reservedFor`` and deallocates it, and only then may the preemptor
+  bind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import pytest
+
+from tests.controlplane.api import ApiError, eventually
+from tests.e2e.harness import Scenario
+
+LOW, MID, HIGH = 100, 200, 1000
+
+
+def _priority_classes(scenario: Scenario) -> dict[int, str]:
+    names = {}
+    for value in (LOW, MID, HIGH):
+        name = f"{scenario.prefix}-p{value}"
+        scenario.create(
+            {
+                "apiVersion": "scheduling.k8s.io/v1",
+                "kind": "PriorityClass",
+                "metadata": {"name": name},
+                "value": value,
+                "preemptionPolicy": "PreemptLowerPriority",
+            }
+        )
+        names[value] = name
+    return names
+
+
+def _run(scenario: Scenario, name: str, started: str) -> None:
+    """The kubelet's status for a bound pod: Running and Ready since ``started``."""
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": started}
+    scenario.admin.merge_patch(
+        f"/api/v1/namespaces/{scenario.namespace}/pods/{name}/status",
+        {"status": {"phase": "Running", "startTime": started, "conditions": [ready]}},
+    )
+
+
+def _pod_or_none(scenario: Scenario, name: str) -> dict[str, Any] | None:
+    pod: dict[str, Any] | None = scenario.admin.get_or_none(f"/api/v1/namespaces/{scenario.namespace}/pods/{name}")
+    return pod
+
+
+def _devices(claim: dict[str, Any]) -> list[tuple[str, str]]:
+    allocation = (claim.get("status") or {}).get("allocation") or {}
+    return [(r["pool"], r["device"]) for r in (allocation.get("devices") or {}).get("results") or []]
+
+
+KUBELET = "e2e.example.com/kubelet"
+
+
+def _holding(scenario: Scenario, names: list[str], classes: dict[int, str], node: str) -> dict[str, tuple[str, str]]:
+    """Each of ``names`` (priority from the name) bound with a claim of one GPU, Running, with the
+    kubelet's finalizer; their devices."""
+    held = {}
+    for i, name in enumerate(names):
+        priority = MID if name.startswith("mid") else LOW
+        scenario.claim(f"{name}-gpu", f"{scenario.prefix}-gpu")
+        scenario.pod(name, f"{name}-gpu", priority=classes[priority], labels={"app": name})
+        scenario.admin.merge_patch(
+            f"/api/v1/namespaces/{scenario.namespace}/pods/{name}", {"metadata": {"finalizers": [KUBELET]}}
+        )
+        assert scenario.bound(name) == node
+        # distinct start times: kube-scheduler's (and the extender's) importance order breaks ties by them
+        _run(scenario, name, f"2026-01-01T00:00:{i:02d}Z")
+        (held[name],) = _devices(scenario.get_claim(f"{name}-gpu"))
+    return held
+
+
+def _kubelet_done(scenario: Scenario, name: str) -> None:
+    """The kubelet's last word on a deleted pod: its containers stopped, the pod may go."""
+    with contextlib.suppress(ApiError):
+        scenario.admin.merge_patch(
+            f"/api/v1/namespaces/{scenario.namespace}/pods/{name}", {"metadata": {"finalizers": None}}
+        )
+
+
+def _terminating(scenario: Scenario, name: str) -> dict[str, Any] | None:
+    pod = _pod_or_none(scenario, name)
+    return pod if pod is not None and pod["metadata"].get("deletionTimestamp") else None
+
+
+def _budget(scenario: Scenario, app: str) -> None:
+    """A PodDisruptionBudget that allows no disruption of pod ``app``: processed, counting it, and
+    enforced by the API server (a dry-run eviction refused)."""
+    scenario.create(
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": f"keep-{app}", "namespace": scenario.namespace},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": app}}},
+        }
+    )
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": app, "namespace": scenario.namespace},
+        "deleteOptions": {"dryRun": ["All"]},
+    }
+
+    path = f"/apis/policy/v1/namespaces/{scenario.namespace}/poddisruptionbudgets/keep-{app}"
+
+    def counted() -> bool:
+        budget = scenario.admin.get(path)
+        status = budget.get("status") or {}
+        return status.get("observedGeneration") == budget["metadata"]["generation"] and status["currentHealthy"] == 1
+
+    eventually(counted, what=f"the budget counting {app} healthy")
+    with pytest.raises(ApiError) as refused:
+        scenario.admin.create(f"/api/v1/namespaces/{scenario.namespace}/pods/{app}/eviction", eviction)
+    assert refused.value.status == 429, refused.value
+
+
+def _preempt(scenario: Scenario, *, budget_for: str | None) -> None:
+    classes = _priority_classes(scenario)
+    (node,) = scenario.nodes(1)
+    gpu = scenario.device_class()
+    scenario.gpus(node, 2)
+    try:
+        held = _holding(scenario, ["mid", "low"], classes, node)
+        if budget_for:
+            _budget(scenario, budget_for)
+        # a low-priority pod already waiting for a GPU: it must not take the freed one
+        scenario.claim("waiting-gpu", gpu)
+        scenario.pod("waiting", "waiting-gpu", priority=classes[LOW])
+        scenario.event("waiting", "FailedScheduling")
+
+        scenario.claim("urgent-gpu", gpu)
+        scenario.pod("urgent", "urgent-gpu", priority=classes[HIGH])
+        victim = "mid" if budget_for == "low" else "low"
+        spared = "low" if victim == "mid" else "mid"
+
+        # evicted through the Eviction API (its DisruptionTarget condition), the other pod spared
+        evicted = eventually(lambda: _terminating(scenario, victim), what=f"{victim} evicted")
+        (target,) = [c for c in evicted["status"].get("conditions") or [] if c["type"] == "DisruptionTarget"]
+        assert target["reason"] == "EvictionByEvictionAPI"
+        assert "Preempted by pod" in scenario.event(victim, "Preempted")["message"]
+        assert _terminating(scenario, spared) is None
+        # while the victim terminates, the preemptor waits and the device stays the victim's
+        assert not scenario.get_pod("urgent")["spec"].get("nodeName")
+        assert _devices(scenario.get_claim(f"{victim}-gpu")) == [held[victim]]
+        _kubelet_done(scenario, victim)
+
+        assert scenario.bound("urgent") == node
+        assert _pod_or_none(scenario, victim) is None
+        # the preemptor got exactly the victim's device, reserved for it
+        urgent = scenario.get_pod("urgent")
+        claim = scenario.get_claim("urgent-gpu")
+        assert _devices(claim) == [held[victim]]
+        assert claim["status"]["reservedFor"] == [
+            {"resource": "pods", "name": "urgent", "uid": urgent["metadata"]["uid"]}
+        ]
+        # the victim's claim deallocated and reserved for nobody (the resourceclaim controller's work)
+        freed = scenario.get_claim(f"{victim}-gpu")
+        assert not (freed.get("status") or {}).get("allocation")
+        assert not (freed.get("status") or {}).get("reservedFor")
+        # the spared pod and its claim untouched
+        assert _terminating(scenario, spared) is None
+        assert _devices(scenario.get_claim(f"{spared}-gpu")) == [held[spared]]
+        # nobody else took a device: the waiting pod is still unbound, its claim unallocated
+        assert not scenario.get_pod("waiting")["spec"].get("nodeName")
+        assert not _devices(scenario.get_claim("waiting-gpu"))
+        allocated = [d for c in scenario.claims() for d in _devices(c)]
+        assert sorted(allocated) == sorted(set(allocated)) and len(allocated) == 2
+    finally:
+        for name in ("mid", "low"):
+            _kubelet_done(scenario, name)
+
+
+def test_a_high_priority_pod_evicts_the_lowest_priority_gpu_holder_and_gets_its_device(scenario: Scenario) -> None:
+    _preempt(scenario, budget_for=None)
+
+
+def test_a_disruption_budget_makes_preemption_choose_another_victim(scenario: Scenario) -> None:
+    _preempt(scenario, budget_for="low")
