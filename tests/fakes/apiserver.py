@@ -32,14 +32,19 @@ What it emulates (each piece documented where it lives):
   is absent (discovery, 404) and v1alpha3 writes lose the gated fields (``classic.py``,
   ``validation.py``);
 - resourceVersions from one global counter, LIST paging with consistent ``continue`` tokens,
-  WATCH replay, bookmarks and 410 after compaction (``storage.py``, ``registry.py``,
-  ``watches.py``);
-- write semantics: 409 on stale updates, status subresource, finalizers, binding, claim status
-  and PodDisruptionBudget validation (``registry.py``, ``validation.py``, ``disruption.py``), PATCH
+  WATCH replay, bookmarks (the ``k8s.io/initial-events-end`` one after initial events, also for a
+  watch from resourceVersion "" or "0", which 1.36 defaults to ``sendInitialEvents``) and 410 after
+  compaction: a 410 ERROR event on an HTTP 200 stream for a watch, an HTTP 410 for a LIST
+  (``storage.py``, ``registry.py``, ``watches.py``);
+- write semantics: 409 on stale updates (and on a PUT's or a binding's stale uid), 422 for an
+  update without resourceVersion where the strategy requires one (Lease, PodDisruptionBudget),
+  status subresource, finalizers, graceful pod deletion (marked, then deleted), binding, claim and
+  PodDisruptionBudget validation, label and annotation rules (``registry.py``, ``validation.py``,
+  ``disruption.py``), the defaults clients meet (``defaults.py``: DRA requests, events), PATCH
   (``patches.py``; e.g. a merge or strategic merge patch of ``pods/NAME/status`` setting
-  ``status.nominatedNodeName``, with ``metadata.uid`` as a precondition), server-side apply of
-  PodSchedulingContexts only, simplified: per-manager ownership of top-level spec fields,
-  conflicts, ``force`` (``apply.py``);
+  ``status.nominatedNodeName``; a ``metadata.uid`` in a patch is a 422 when it is not the pod's),
+  ``metadata.managedFields`` for every write through the API (``managed.py``), server-side apply of
+  PodSchedulingContexts and Leases: field ownership, conflicts, ``force`` (``apply.py``);
 - garbage collection of a deleted (or evicted) pod's PodSchedulingContexts and ResourceClaims
   (controller owner references), synchronous with the pod's removal (``registry.py``);
 - bearer-token or basic auth (401), RBAC-like denials (403 naming verb and resource);
@@ -47,10 +52,38 @@ What it emulates (each piece documented where it lives):
   ``hold()`` requests until the test releases them (``Gate``).
 
 Every request is recorded in ``fake.requests`` (method, path, query, body, status).
-Deliberate simplifications: no defaulting, no managedFields (apply's ownership is a side table),
-no server-side apply for other kinds (415), no deleteCollection, no graceful pod deletion (pods go
-at once unless they have finalizers, evicted ones too), no disruption controller, no conversion
-between resource.k8s.io versions of different shapes.
+
+Held to kube-apiserver v1.36.3 by ``test_differential.py`` (the same request sequences sent to
+both, the answers compared: status, Status bodies, objects, watch events).
+
+Differences from kube-apiserver v1.36.3 kept on purpose:
+
+- Updates without ``metadata.resourceVersion``: the fake refuses updates without resourceVersion
+  unless unconditional_updates=True (422, worded as for a Lease), where the real strategies of most
+  kinds take them; a correct client always sends one, and the strictness catches one that does not.
+- Pods: no kubelet: the fake ends a bound pod's graceful deletion at once, the real one waits for
+  the kubelet (the DELETE's answer and the MODIFIED event that marks the pod are the real ones;
+  the pod is then gone instead of Terminating). No pod or node defaulting or admission (restart
+  policy, DNS policy, scheduler name, tolerations, the service account token volume, priority,
+  the ``not-ready`` taint); nodes and pods need no ServiceAccount.
+- Messages: a malformed label selector or continue token is worded otherwise (status, reason and
+  code are the real ones); an immutable-field error names the value ``"object"`` where the real
+  server prints the Go struct of the internal type.
+- ``managedFields``: the entries (manager, operation, apiVersion, subresource, time) are the real
+  ones, ``fieldsV1`` is simplified (lists are one field each; no ``.``, ``k:`` or ``v:`` entries).
+  ``put_object`` records nobody. Server-side apply only for PodSchedulingContexts and Leases
+  (415 for other kinds and for ``/status``), with lists replaced whole.
+- BOOKMARK events carry only kind, apiVersion and metadata (the real one is the type's empty
+  object). Nothing is too old on a fresh real server (its watch cache keeps every version since it
+  started); the fake's history starts at ``first_resource_version`` (earlier versions are 410) and
+  is forgotten with ``compact()`` or ``retain_changes``. A LIST or a watch at a future
+  resourceVersion answers at once (the real server waits up to 3 s for it first).
+- Validation covers what dra-extender and its tests can trip over (``validation.py``), not every
+  rule; no ``dryRun``, no deleteCollection, no conversion between resource.k8s.io versions of
+  different shapes. No controllers: no disruption controller (tests write budget statuses or call
+  ``sync_disruption_budgets()``), no namespace controller, and the garbage collection of a pod's
+  dependents is synchronous. The eviction's ``DisruptionTarget`` condition records no
+  managedFields entry.
 """
 
 from __future__ import annotations
@@ -71,6 +104,7 @@ from . import status as st
 from .apply import APPLY_PATCH, default_manager, missing_field_manager, parse_apply_body
 from .disruption import sync_status
 from .faults import FaultRule, Faults
+from .managed import spec_owners
 from .registry import ListOptions, Registry, now_timestamp, resource_for_kind, watch_event
 from .resources import (
     ALL_RESOURCE_VERSIONS,
@@ -304,26 +338,26 @@ class FakeApiServer:
         return self.objects("PodSchedulingContext", namespace)
 
     def field_managers(self, kind: str, namespace: str | None, name: str) -> dict[str, list[str]]:
-        """Who owns which top-level spec fields of an object of a type with server-side apply:
-        {manager: sorted field names}, Update managers as ``"name (Update)"`` (``apply.py``)."""
+        """Who owns which top-level spec fields of an object, from its managedFields:
+        {manager: sorted field names}, Update managers as ``"name (Update)"`` (``managed.py``)."""
         obj = self.get_object(kind, namespace, name)
-        return {} if obj is None else self.registry.owners.owned(str(obj["metadata"].get("uid")))
+        return {} if obj is None else spec_owners(obj)
 
     def sync_disruption_budgets(self, namespace: str | None = None) -> int:
         """One pass of the disruption controller (there is none running): every
         PodDisruptionBudget (of one namespace) gets the status computed from the current pods
         (``disruption.sync_status``: expectedPods, desiredHealthy, currentHealthy,
         disruptionsAllowed, observedGeneration, the DisruptionAllowed condition; disruptedPods of
-        pods gone or being deleted dropped). Watchers see MODIFIED for each changed one. Returns
-        how many changed."""
+        pods gone or being deleted dropped), written as ``kube-controller-manager`` on ``status``.
+        Watchers see MODIFIED for each changed one. Returns how many changed."""
         rt = resource_for_kind("PodDisruptionBudget")
         changed = 0
-        for (pdb_namespace, name), pdb in sorted(self.storage.current((rt.group, rt.plural)).items()):
+        for (pdb_namespace, _), pdb in sorted(self.storage.current((rt.group, rt.plural)).items()):
             if namespace is not None and pdb_namespace != namespace:
                 continue
             status = sync_status(self.registry, pdb)
             if status is not pdb.get("status"):
-                self.storage.commit((rt.group, rt.plural), (pdb_namespace, name), {**pdb, "status": status})
+                self.registry.record_status_write(rt, pdb, {**pdb, "status": status}, manager="kube-controller-manager")
                 changed += 1
         return changed
 
@@ -370,7 +404,7 @@ class FakeApiServer:
         """Open watch streams (of one resource)."""
         return sum(1 for w in self._watches if w.matches(resource))
 
-    async def wait_for_watches(self, count: int = 1, resource: str | None = None, *, timeout: float = 5.0) -> None:
+    async def wait_for_watches(self, count: int = 1, resource: str | None = None, *, timeout: float = 30.0) -> None:
         """Wait until at least ``count`` watches (of one resource) are open."""
         async with asyncio.timeout(timeout):
             while self.watch_count(resource) < count:
@@ -632,6 +666,19 @@ class FakeApiServer:
         if verb == "watch":
             return await self._watch(request, record, target)
         if verb == "list":
+            if "sendInitialEvents" in record.query:
+                raise st.invalid(
+                    "ListOptions",
+                    "meta.k8s.io",
+                    "",
+                    [
+                        st.FieldError(
+                            "sendInitialEvents",
+                            "FieldValueForbidden",
+                            "Forbidden: sendInitialEvents is forbidden for list",
+                        )
+                    ],
+                )
             return _json(registry.list_collection(rt, target.version, ns, _list_options(record.query, rt)))
         if verb == "get":
             return _json(registry.get(rt, target.version, ns, name))
@@ -647,8 +694,11 @@ class FakeApiServer:
                 rt, target.version, ns, name, body, subresource=target.subresource, manager=manager
             )
             return _json(registry.serve(rt, target.version, stored))
-        if verb == "patch" and _is_apply(request) and rt.apply and not target.subresource:
-            return self._apply(record, target, await request.read())  # read() is cached
+        if verb == "patch" and _is_apply(request):
+            if not record.query.get("fieldManager"):
+                raise missing_field_manager()
+            if rt.apply and not target.subresource:
+                return self._apply(record, target, await request.read())  # read() is cached
         if verb == "patch":
             if "force" in record.query and not _is_apply(request):
                 raise st.invalid(
@@ -715,7 +765,7 @@ class FakeApiServer:
         rt, query = target.rt, record.query
         options = _list_options(query, rt)
         bookmarks = _bool(query, "allowWatchBookmarks")
-        initial_events = _bool(query, "sendInitialEvents")
+        initial_events = _watch_initial_events(query)
         timeout = _int(query, "timeoutSeconds")
         stream = WatchStream(
             request,
@@ -732,7 +782,7 @@ class FakeApiServer:
         start_rv = self.storage.rv
         try:
             initial, start_rv = self.registry.watch_start(
-                rt, target.namespace, options, send_initial_events=initial_events, bookmarks=bookmarks
+                rt, target.namespace, options, send_initial_events=initial_events
             )
         except st.ApiError as error:
             if error.code != 410:
@@ -752,7 +802,7 @@ class FakeApiServer:
             for event_type, obj in initial:
                 if not await stream.send_object(event_type, obj):
                     return stream.response  # type: ignore[return-value]
-            if initial_events:
+            if initial_events and bookmarks:
                 await stream.bookmark(start_rv, {"k8s.io/initial-events-end": "true"})
             loop = asyncio.get_running_loop()
             limits = [t for t in (timeout, self.watch_timeout) if t]
@@ -851,6 +901,57 @@ def _int(query: dict[str, str], name: str) -> int:
         return int(value)
     except ValueError:
         raise st.bad_request(f'invalid value for {name}: "{value}": strconv.ParseInt: invalid syntax') from None
+
+
+def _watch_initial_events(query: dict[str, str]) -> bool | None:
+    """Whether a watch starts with the current objects (``sendInitialEvents``; None: the classic
+    start from ``resourceVersion``), after the apiserver's defaulting and validation of 1.36
+    (``SetListOptionsDefaults``, ``validateWatchOptions``): a watch from resourceVersion "" or "0"
+    without either option gets ``sendInitialEvents=true`` and ``resourceVersionMatch=NotOlderThan``
+    (so with bookmarks allowed its initial events end with the ``k8s.io/initial-events-end``
+    BOOKMARK); ``sendInitialEvents`` needs ``resourceVersionMatch=NotOlderThan``, and that match
+    needs ``sendInitialEvents`` (422 otherwise)."""
+    match = query.get("resourceVersionMatch", "")
+    send = _bool(query, "sendInitialEvents") if "sendInitialEvents" in query else None
+    if send is None and not match and query.get("resourceVersion", "") in ("", "0"):
+        return True
+    errors: list[st.FieldError] = []
+    if send is not None and match != "NotOlderThan":
+        errors.append(
+            st.FieldError(
+                "resourceVersionMatch",
+                "FieldValueForbidden",
+                "Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            )
+        )
+    if match:
+        if send is None:
+            errors.append(
+                st.FieldError(
+                    "resourceVersionMatch",
+                    "FieldValueForbidden",
+                    "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
+                )
+            )
+        if match != "NotOlderThan":
+            errors.append(
+                st.FieldError(
+                    "resourceVersionMatch",
+                    "FieldValueNotSupported",
+                    f'Unsupported value: "{match}": supported values: "NotOlderThan"',
+                )
+            )
+        if query.get("continue"):
+            errors.append(
+                st.FieldError(
+                    "resourceVersionMatch",
+                    "FieldValueForbidden",
+                    "Forbidden: resourceVersionMatch is forbidden when continue is provided",
+                )
+            )
+    if errors:
+        raise st.invalid("ListOptions", "meta.k8s.io", "", errors)
+    return send
 
 
 def _list_options(query: dict[str, str], rt: ResourceType) -> ListOptions:

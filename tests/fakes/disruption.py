@@ -23,17 +23,23 @@
    ``status.observedGeneration`` below ``metadata.generation`` -> 429 "still being processed"
    (``Retry-After: 10``); ``disruptionsAllowed`` negative, or more than 2000 ``disruptedPods`` ->
    403; ``disruptionsAllowed == 0`` -> 429 ``Cannot evict pod as it would violate the pod's
-   disruption budget.`` with the cause ``DisruptionBudget`` / ``The disruption budget NAME needs
-   D healthy pods and has C currently`` (no Retry-After); otherwise ``disruptionsAllowed`` is
-   decremented, the ``DisruptionAllowed`` condition turns False (``InsufficientPods``) when it
-   reaches 0, and ``status.disruptedPods[pod] = now`` is written (one MODIFIED event on the budget).
+   disruption budget.`` with the cause ``DisruptionBudget`` (no Retry-After) worded as 1.36 does:
+   ``... does not allow evicting pods currently because it failed sync: MSG`` for a False
+   ``DisruptionAllowed`` condition of reason ``SyncFailed``, else ``The disruption budget NAME needs
+   D healthy pods and has C currently`` when ``currentHealthy <= desiredHealthy``, else ``... does
+   not allow evicting pods currently (REASON): MSG`` for a False condition with a message, else
+   ``The disruption budget NAME does not allow evicting pods currently``; otherwise
+   ``disruptionsAllowed`` is decremented, the ``DisruptionAllowed`` condition turns False
+   (``InsufficientPods``) when it reaches 0, and ``status.disruptedPods[pod] = now`` is written
+   (one MODIFIED event on the budget; managedFields: ``kube-apiserver`` on ``status``).
 6. The pod is deleted the way ``addConditionAndDeletePod`` does it: the ``deleteOptions``
    preconditions are checked against the current pod (uid, resourceVersion: 409 Conflict on
    ``Pod "NAME"``), the pod gets the ``DisruptionTarget`` condition (reason
    ``EvictionByEvictionAPI``; a MODIFIED event), then it is deleted as a DELETE would (finalizers
-   only mark it; otherwise DELETED and the garbage collection of its ResourceClaims and
-   PodSchedulingContexts). As on a real server the preconditions are checked only here, after
-   step 5: a stale uid on a pod under a budget with room still spends one disruption.
+   only mark it; otherwise DELETED, after the graceful deletion's MODIFIED, and the garbage
+   collection of its ResourceClaims and PodSchedulingContexts). As on a real server the
+   preconditions are checked only here, after step 5: a stale uid on a pod under a budget with room
+   still spends one disruption.
 7. The answer is 201 with ``{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success",
    "code":201}``.
 
@@ -43,7 +49,8 @@ tests write (``put_object``, or a ``/status`` write) or what ``sync_status`` com
 ``observedGeneration`` counts as current (so a test may write just ``disruptionsAllowed``); write
 one below ``metadata.generation`` to get the "still being processed" 429. When the status lacks
 ``desiredHealthy`` / ``currentHealthy``, the 429's numbers are computed from the current pods as
-``sync_status`` would. Graceful deletion is not emulated (the pod goes at once, as for DELETE).
+``sync_status`` would. The pod is deleted as a DELETE deletes it (``Registry.remove``: marked, then
+gone at once, also after a grace period, since no kubelet runs).
 
 ``sync_status`` is one pass of the disruption controller, simplified: every pod the selector
 matches counts as one expected replica (no scale lookups of owning controllers), ``currentHealthy``
@@ -66,6 +73,7 @@ from .status import FieldError
 
 if TYPE_CHECKING:
     from .registry import Registry
+    from .resources import ResourceType
 
 __all__ = [
     "MAX_DISRUPTED_PODS",
@@ -418,17 +426,48 @@ def _check_and_decrement(registry: Registry, pdb: dict[str, Any], pod_name: str)
     if len(_dict(status.get("disruptedPods"))) > MAX_DISRUPTED_PODS:
         raise _budget_forbidden(name, "DisruptedPods map too big - too many evictions not confirmed by PDB controller")
     if allowed == 0:
-        _, desired, current, _ = _counts(registry, pdb)
-        desired = _int(status["desiredHealthy"]) if "desiredHealthy" in status else desired
-        current = _int(status["currentHealthy"]) if "currentHealthy" in status else current
-        raise _too_many(f"The disruption budget {name} needs {desired} healthy pods and has {current} currently")
+        raise _too_many(_refusal(registry, pdb))
     new_status = copy.deepcopy(status)
     new_status["disruptionsAllowed"] = allowed - 1
     now = registry.clock()
     if allowed - 1 == 0:
         _set_condition(new_status, False, now)
     new_status["disruptedPods"] = {**_dict(status.get("disruptedPods")), pod_name: now}
-    registry.storage.commit(PDBS, (str(meta.get("namespace")), name), {**pdb, "status": new_status})
+    registry.record_status_write(_budgets(), pdb, {**pdb, "status": new_status}, manager="kube-apiserver")
+
+
+def _budgets() -> ResourceType:
+    from .registry import resource_for_kind
+
+    return resource_for_kind("PodDisruptionBudget")
+
+
+def _refusal(registry: Registry, pdb: dict[str, Any]) -> str:
+    """The cause of a 429 for a budget with no disruption left, as 1.36 words it: a failed sync
+    first, then the healthy counts when they explain it, then the DisruptionAllowed condition.
+    Counts missing from the status are computed from the current pods."""
+    name, status = str(_meta(pdb).get("name")), _dict(pdb.get("status"))
+    _, desired, current, _ = _counts(registry, pdb)
+    desired = _int(status["desiredHealthy"]) if "desiredHealthy" in status else desired
+    current = _int(status["currentHealthy"]) if "currentHealthy" in status else current
+    condition = next(
+        (c for c in status.get("conditions") or () if isinstance(c, dict) and c.get("type") == "DisruptionAllowed"),
+        None,
+    )
+    failed = condition is not None and condition.get("status") == "False" and bool(condition.get("message"))
+    if failed and condition is not None and condition.get("reason") == "SyncFailed":
+        return (
+            f"The disruption budget {name} does not allow evicting pods currently because it failed sync: "
+            f"{condition['message']}"
+        )
+    if current <= desired:
+        return f"The disruption budget {name} needs {desired} healthy pods and has {current} currently"
+    if failed and condition is not None:
+        return (
+            f"The disruption budget {name} does not allow evicting pods currently "
+            f"({condition.get('reason')}): {condition['message']}"
+        )
+    return f"The disruption budget {name} does not allow evicting pods currently"
 
 
 def _can_ignore_budgets(pod: dict[str, Any]) -> bool:
@@ -475,7 +514,7 @@ def _add_condition_and_delete(registry: Registry, namespace: str, name: str, opt
     status["conditions"] = conditions
     if new != pod:
         registry.storage.commit(PODS, (namespace, name), new)
-    registry.remove(pods, namespace, name)
+    registry.remove(pods, namespace, name, options=options)
 
 
 def evict(registry: Registry, namespace: str, name: str, body: Any) -> dict[str, Any]:

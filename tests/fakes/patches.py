@@ -71,8 +71,10 @@ def _parent(doc: Any, parts: list[str], op: str) -> Any:
 
 
 def _patch_failed(message: str) -> ApiError:
-    # The apiserver answers JSON patch application errors with a bare 422.
-    return ApiError(status_body(422, "Invalid", message))
+    """A JSON patch that does not apply: the apiserver answers a generic 422 (its
+    ``NewGenericServerResponse`` text, empty details); what failed is not said."""
+    del message
+    return ApiError(status_body(422, "Invalid", "the server rejected our request due to an error in our request", {}))
 
 
 def _json_patch(doc: Any, operations: Any) -> Any:

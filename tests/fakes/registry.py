@@ -1,18 +1,22 @@
 """What the apiserver does with a request once it knows the resource: the REST semantics.
 
 ``Registry`` turns verbs into storage commits the way kube-apiserver's generic registry and the
-per-type strategies do: system metadata set on create (uid, creationTimestamp, generation), the
-optimistic-concurrency preconditions of update (409 Conflict on a stale resourceVersion, 422 when
-it is missing), ``status`` taken only through the status subresource, finalizers delaying
-deletion, the ``pods/binding`` and ``pods/eviction`` subresources (eviction with its
-PodDisruptionBudget rules in ``disruption.py``), LIST paging with consistent ``continue`` tokens and
-the initial part of WATCH. Errors are ``ApiError`` carrying the real Status body.
+per-type strategies do: defaults applied to every body (``defaults.py``), system metadata set on
+create (uid, creationTimestamp, generation for the types that have one), the preconditions of
+update (409 Conflict on a stale resourceVersion or a PUT's stale uid, 422 when the resourceVersion
+is missing and the type or the strict fake requires one), metadata validated on update as upstream
+does it (twice: each metadata error is two causes of the 422), ``status`` taken only through the
+status subresource, finalizers delaying deletion, graceful pod deletion, managedFields recorded
+for every write (``managed.py``), the ``pods/binding`` and ``pods/eviction`` subresources (eviction
+with its PodDisruptionBudget rules in ``disruption.py``), LIST paging with consistent ``continue``
+tokens and the initial part of WATCH. Errors are ``ApiError`` carrying the real Status body.
 
 Per-type strategy parts live with their rules: validation in ``validation.py``, the fields the
-DRAControlPlaneController gate drops in v1alpha3 writes in ``classic.py``, server-side apply and
-field ownership in ``apply.py``. PodSchedulingContext (STR131): create clears the status, a
-main-resource write keeps the stored status, a ``/status`` write keeps spec and metadata, and
-updates without a resourceVersion are allowed.
+DRAControlPlaneController gate drops in v1alpha3 writes in ``classic.py``, server-side apply in
+``apply.py``. PodSchedulingContext (STR131): create clears the status, a main-resource write keeps
+the stored status, a ``/status`` write keeps spec and metadata, and updates without a
+resourceVersion are allowed. Pods: a ``/status`` write takes labels, annotations and finalizers
+from the body too (only spec, ownerReferences and deletionTimestamp are kept).
 
 Garbage collection, simplified: when a Pod is removed for good (deleted without finalizers, or its
 last finalizer removed), the PodSchedulingContexts and ResourceClaims of its namespace whose
@@ -43,9 +47,11 @@ from typing import Any
 import orjson
 
 from . import status as st
-from .apply import APPLY, FieldOwners, Manager, plan_apply, spec_of, updated_owners
+from .apply import plan_apply
 from .classic import drop_disabled_fields
+from .defaults import apply_defaults
 from .disruption import check_pdb_spec, check_pdb_status, evict
+from .managed import APPLY, UPDATE, Entry, encode, leaves, record_update
 from .resources import CATALOG, RESOURCE_GROUP, ResourceType, shape_family
 from .selectors import Selector, match_all
 from .status import FieldError
@@ -56,8 +62,8 @@ from .validation import (
     check_claim_status,
     check_immutable_spec,
     check_metadata,
+    check_metadata_update,
     check_name,
-    check_no_new_finalizers,
     check_pod_scheduling_spec,
     check_pod_scheduling_status,
 )
@@ -143,8 +149,6 @@ class Registry:
         self.unconditional_updates = unconditional_updates
         #: The DRAControlPlaneController gate: when False, v1alpha3 writes lose the gated fields.
         self.classic = classic
-        #: Spec field ownership of the types with server-side apply (``apply.py``).
-        self.owners = FieldOwners()
 
     # --- versions -------------------------------------------------------------------------------
 
@@ -198,9 +202,11 @@ class Registry:
         """(resourceVersion to read at, key to start after, whether ``limit`` applies)."""
         rv, match = options.resource_version, options.resource_version_match
         if options.continue_token:
-            if rv:
+            if rv not in ("", "0"):
                 raise st.bad_request("specifying resource version is not allowed when using continue")
             snapshot_rv, start = _decode_continue(options.continue_token)
+            if rv == "0":  # served from the watch cache: the latest state after the key, limit ignored
+                return self.storage.rv, start, False
             self.storage.check_not_compacted(snapshot_rv, _CONTINUE_TOO_OLD)
             return snapshot_rv, start, True
         _check_match(rv, match)
@@ -211,53 +217,35 @@ class Registry:
             return self.storage.rv, ("", ""), False
         wanted = _parse_rv(rv)
         if wanted > self.storage.rv:
-            raise st.timeout(f"Too large resource version: {wanted}, current: {self.storage.rv}")
+            body = st.status_body(
+                504,
+                "Timeout",
+                f"Timeout: Too large resource version: {wanted}, current: {self.storage.rv}",
+                {
+                    "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                    "retryAfterSeconds": 1,
+                },
+            )
+            raise st.ApiError(body)
         # Legacy rule: a non-zero resourceVersion with a limit and no match means Exact.
         if match == "Exact" or (match == "" and options.limit > 0):
             return wanted, ("", ""), True
         return self.storage.rv, ("", ""), True
 
     def watch_start(
-        self, rt: ResourceType, namespace: str, options: ListOptions, *, send_initial_events: bool, bookmarks: bool
+        self, rt: ResourceType, namespace: str, options: ListOptions, *, send_initial_events: bool | None
     ) -> tuple[list[tuple[str, dict[str, Any]]], int]:
-        """The events a new watch begins with, and the resourceVersion live events follow.
+        """The events a new watch begins with, and the resourceVersion live events follow
+        (``send_initial_events`` as the apiserver decided it: ``apiserver._watch_initial_events``).
 
-        ``resourceVersion`` unset or "0": synthetic ADDED for every current object, then live.
-        ``N``: replay of the changes after N (410 Expired if compacted; becomes an ERROR event).
-        ``sendInitialEvents=true``: ADDED for everything, then a BOOKMARK annotated
-        ``k8s.io/initial-events-end`` (needs allowWatchBookmarks and resourceVersionMatch=NotOlderThan).
+        True (also a watch from resourceVersion "" or "0" without options): synthetic ADDED for
+        every current object, then live (the caller adds the ``k8s.io/initial-events-end``
+        BOOKMARK when bookmarks are allowed). Otherwise from ``resourceVersion``: "" or "0" live
+        only; ``N`` the changes after N replayed (410 Expired if compacted; becomes an ERROR event).
         """
-        rv, match = options.resource_version, options.resource_version_match
+        rv = options.resource_version
         collection = (rt.group, rt.plural)
         if send_initial_events:
-            if match != "NotOlderThan" or not bookmarks:
-                raise st.invalid(
-                    "ListOptions",
-                    "meta.k8s.io",
-                    "",
-                    [
-                        st.FieldError(
-                            "sendInitialEvents",
-                            "FieldValueForbidden",
-                            "Forbidden: sendInitialEvents is forbidden for watch unless resourceVersionMatch is set to "
-                            "NotOlderThan and allowWatchBookmarks is true",
-                        )
-                    ],
-                )
-        elif match:
-            raise st.invalid(
-                "ListOptions",
-                "meta.k8s.io",
-                "",
-                [
-                    st.FieldError(
-                        "resourceVersionMatch",
-                        "FieldValueForbidden",
-                        "Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided",
-                    )
-                ],
-            )
-        if send_initial_events or rv in ("", "0"):
             current = self.storage.current(collection)
             events = [
                 ("ADDED", current[key])
@@ -265,6 +253,8 @@ class Registry:
                 if (not namespace or key[0] == namespace) and options.selector(current[key])
             ]
             return events, self.storage.rv
+        if rv in ("", "0"):
+            return [], self.storage.rv
         since = _parse_rv(rv)
         events = []
         for change in self.storage.changes_since(collection, since):
@@ -285,19 +275,20 @@ class Registry:
         body: Any,
         *,
         manager: str | None = None,
-        operation: str = "Update",
+        operation: str = UPDATE,
     ) -> dict[str, Any]:
-        """POST: a new object with server-set metadata; status reset where a status subresource
-        exists (as the strategies' PrepareForCreate). ``manager`` (with ``operation``) owns the
-        spec fields afterwards, for the types with server-side apply."""
+        """POST: a new object, defaulted (``defaults.py``), with server-set metadata; status reset
+        where a status subresource exists (as the strategies' PrepareForCreate). ``manager`` (with
+        ``operation``) is recorded in managedFields as the owner of every field (``managed.py``)."""
         obj = self._check_body(rt, version, namespace, body)
         self._drop_disabled(rt, version, obj, None)
         meta = _meta(obj)
         if meta.get("resourceVersion"):
-            raise st.internal_error("resourceVersion should not be set on objects to be created")
+            raise st.failure(500, "resourceVersion should not be set on objects to be created")
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = str(meta["generateName"]) + "".join(self.rng.choice(_NAME_ALPHABET) for _ in range(5))
         name = meta.get("name")
+        apply_defaults(rt, version, obj)
         errors = check_name(name) + check_metadata(meta) + _object_errors(rt, version, obj)
         if errors:
             raise st.invalid(rt.kind, rt.group, str(name or ""), errors)
@@ -309,16 +300,21 @@ class Registry:
         for field in ("deletionTimestamp", "deletionGracePeriodSeconds", "generation", "uid", "creationTimestamp"):
             meta.pop(field, None)
         meta["uid"] = str(uuid.uuid4())
-        meta["creationTimestamp"] = self.clock()
+        meta["creationTimestamp"] = now = self.clock()
         if rt.generation:
             meta["generation"] = 1
-        obj["metadata"] = _prune_metadata(meta)
         _reset_status_on_create(rt, obj)
-        created = self.storage.commit(collection, key, obj)
-        if rt.apply and manager is not None:
-            fields = frozenset(spec_of(created))
-            self.owners.set(meta["uid"], [Manager(manager, operation, rt.api_version(version), fields, self.clock())])
-        return created
+        if manager is not None:
+            api_version = rt.api_version(version)
+            if operation == APPLY:
+                owned = frozenset(leaves(obj, with_status=False))
+                meta["managedFields"] = encode([Entry(manager, APPLY, api_version, owned, now)])
+            else:
+                meta["managedFields"] = record_update(
+                    None, obj, manager=manager, api_version=api_version, time=now, given=meta.get("managedFields")
+                )
+        obj["metadata"] = _prune_metadata(meta)
+        return self.storage.commit(collection, key, obj)
 
     def update(
         self,
@@ -332,8 +328,8 @@ class Registry:
         manager: str | None = None,
     ) -> dict[str, Any]:
         """PUT of the object (status ignored when a status subresource exists) or of ``status``
-        (only status taken), guarded by resourceVersion and uid. ``manager`` takes the spec fields
-        a main-resource write changes, for the types with server-side apply."""
+        (only status taken, and for pods labels, annotations and finalizers), guarded by the uid
+        and resourceVersion the body carries; ``manager``'s changes recorded in managedFields."""
         new_in = self._check_body(rt, version, namespace, body)
         meta_in = _meta(new_in)
         if meta_in.get("name") != name:
@@ -345,26 +341,33 @@ class Registry:
         self._check_preconditions(rt, old, meta_in)
         if subresource == "status":
             self._drop_disabled(rt, version, new_in, old, parts="status")
-            new = {**old, "apiVersion": rt.api_version(version)}
-            if new_in.get("status"):
-                new["status"] = new_in["status"]
-            else:
-                new.pop("status", None)
+            new = self._merge_status(rt, version, old, new_in)
             errors = _status_errors(rt, version, old, new)
         else:
             self._drop_disabled(rt, version, new_in, old)
+            apply_defaults(rt, version, new_in)
             new = self._merge_main(rt, version, old, new_in)
             errors = self._main_errors(rt, version, old, new)
+        meta_errors = check_metadata_update(_meta(old), _meta(new))
+        errors = meta_errors + meta_errors + errors
         if errors:
             raise st.invalid(rt.kind, rt.group, name, errors)
-        stored = self._commit_update(rt, old, new)
-        if rt.apply and manager is not None and not subresource:
-            uid = str(_meta(old).get("uid"))
-            owners = updated_owners(
-                self.owners.managers(uid), manager, rt.api_version(version), self.clock(), spec_of(old), spec_of(new)
+        if manager is not None:
+            new["metadata"] = _prune_metadata(
+                {
+                    **_meta(new),
+                    "managedFields": record_update(
+                        old,
+                        new,
+                        manager=manager,
+                        api_version=rt.api_version(version),
+                        time=self.clock(),
+                        subresource=subresource,
+                        given=meta_in.get("managedFields"),
+                    ),
+                }
             )
-            self.owners.set(uid, owners)
-        return stored
+        return self._commit_update(rt, old, new)
 
     def apply(
         self,
@@ -392,31 +395,29 @@ class Registry:
             )
         meta["name"] = name
         config.pop("status", None)
-        spec = config.get("spec")
-        if spec is not None and not isinstance(spec, dict):
+        if config.get("spec") is not None and not isinstance(config.get("spec"), dict):
             raise st.bad_request("spec of the applied configuration must be an object")
-        applied = {k: v for k, v in (spec or {}).items() if v is not None}
         old = self.storage.get((rt.group, rt.plural), (namespace, name))
         if old is None:
             if meta.get("resourceVersion"):
                 raise st.conflict(rt.plural, rt.group, name, st.MODIFIED)
-            if spec is not None:
-                config["spec"] = applied
             return self.create(rt, version, namespace, config, manager=manager, operation=APPLY), True
         self.serve(rt, version, old)
         self._check_apply_preconditions(rt, old, meta)
-        uid, api_version = str(_meta(old).get("uid")), rt.api_version(version)
-        new_spec, owners = plan_apply(
-            self.owners.managers(uid), manager, api_version, self.clock(), spec_of(old), applied, force=force
+        apply_defaults(rt, version, config)
+        new = plan_apply(
+            old, config, manager=manager, api_version=rt.api_version(version), time=self.clock(), force=force
         )
-        new = self._merge_applied(rt, version, old, config, new_spec)
+        new["apiVersion"] = rt.api_version(version)
+        new["metadata"] = _prune_metadata(_meta(new))
+        if rt.generation and new.get("spec") != old.get("spec"):
+            new["metadata"]["generation"] = int(_meta(old).get("generation") or 1) + 1
         self._drop_disabled(rt, version, new, old)
-        errors = self._main_errors(rt, version, old, new)
+        meta_errors = check_metadata_update(_meta(old), _meta(new))
+        errors = meta_errors + meta_errors + self._main_errors(rt, version, old, new)
         if errors:
             raise st.invalid(rt.kind, rt.group, name, errors)
-        stored = self._commit_update(rt, old, new)
-        self.owners.set(uid, owners)
-        return stored, False
+        return self._commit_update(rt, old, new), False
 
     def patch(
         self,
@@ -432,7 +433,9 @@ class Registry:
     ) -> dict[str, Any]:
         """PATCH: the patch is applied to the current object in the URL's version, then written
         like an update. A resourceVersion in the patched result acts as a precondition; without
-        one the write is unconditional (the apiserver retries patches on its own conflicts)."""
+        one the write is unconditional (the apiserver retries patches on its own conflicts). A
+        uid in the patch is no precondition but a change of an immutable field: 422, as upstream
+        (a PUT's uid is a precondition: 409)."""
         from .patches import apply_patch
 
         old = self._existing(rt, namespace, name)
@@ -443,6 +446,10 @@ class Registry:
             raise st.bad_request(
                 f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
             )
+        uid = meta.get("uid")
+        if uid and uid != _meta(old).get("uid"):
+            error = FieldError("metadata.uid", "FieldValueInvalid", f'Invalid value: "{uid}": field is immutable')
+            raise st.invalid(rt.kind, rt.group, name, [error, error])
         if not meta.get("resourceVersion"):
             meta["resourceVersion"] = _meta(old).get("resourceVersion")
             patched["metadata"] = meta
@@ -450,45 +457,93 @@ class Registry:
 
     def delete(self, rt: ResourceType, namespace: str, name: str, options: Any) -> dict[str, Any]:
         """DELETE: preconditions from DeleteOptions; with finalizers only ``deletionTimestamp`` is
-        set (generation bumped) and the object stays until its last finalizer is removed."""
+        set (generation bumped) and the object stays until its last finalizer is removed; pods
+        are deleted gracefully (``remove``)."""
         old = self._existing(rt, namespace, name)
-        preconditions = (options.get("preconditions") or {}) if isinstance(options, dict) else {}
+        options = options if isinstance(options, dict) else {}
+        preconditions = options.get("preconditions") or {}
         meta = _meta(old)
         if preconditions.get("uid") and preconditions["uid"] != meta.get("uid"):
             raise st.conflict(
-                rt.plural,
+                rt.kind,
                 rt.group,
                 name,
-                f"Precondition failed: UID in precondition: {preconditions['uid']}, "
-                f"UID in object meta: {meta.get('uid')}",
+                f"the UID in the precondition ({preconditions['uid']}) does not match the UID in record "
+                f"({meta.get('uid')}). The object might have been deleted and then recreated",
             )
         if preconditions.get("resourceVersion") and preconditions["resourceVersion"] != meta.get("resourceVersion"):
             raise st.conflict(
-                rt.plural,
+                rt.kind,
                 rt.group,
                 name,
-                f"Precondition failed: ResourceVersion in precondition: {preconditions['resourceVersion']}, "
-                f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
+                f"the ResourceVersion in the precondition ({preconditions['resourceVersion']}) does not match the "
+                f"ResourceVersion in record ({meta.get('resourceVersion')}). The object might have been modified",
             )
-        return self.remove(rt, namespace, name)
+        return self.remove(rt, namespace, name, options=options)
 
-    def remove(self, rt: ResourceType, namespace: str, name: str, *, force: bool = False) -> dict[str, Any]:
-        """Delete now (no finalizers, or ``force``) or mark as being deleted."""
+    def remove(
+        self, rt: ResourceType, namespace: str, name: str, *, force: bool = False, options: Any = None
+    ) -> dict[str, Any]:
+        """Delete now (no finalizers, or ``force``) or mark as being deleted. A pod goes the
+        graceful way first (``_delete_pod``)."""
         old = self._existing(rt, namespace, name)
         collection, key, meta = (rt.group, rt.plural), (namespace, name), _meta(old)
-        if force or not meta.get("finalizers"):
+        if force:
+            removed = self.storage.commit(collection, key, None)
+            self._after_removal(rt, removed)
+            return removed
+        if rt.kind == "Pod" and not rt.group:
+            return self._delete_pod(rt, old, options if isinstance(options, dict) else {})
+        if not meta.get("finalizers"):
             removed = self.storage.commit(collection, key, None)
             self._after_removal(rt, removed)
             return removed
         if meta.get("deletionTimestamp"):
             return old
         new_meta = {**meta, "deletionTimestamp": self.clock(), "deletionGracePeriodSeconds": 0}
-        if rt.generation:
-            new_meta["generation"] = int(meta.get("generation") or 0) + 1
+        if rt.generation and meta.get("generation"):
+            new_meta["generation"] = int(meta["generation"]) + 1
         return self.storage.commit(collection, key, {**old, "metadata": new_meta})
 
+    def _delete_pod(self, rt: ResourceType, old: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+        """A pod's graceful deletion (``CheckGracefulDelete``): the grace period is the options',
+        else ``spec.terminationGracePeriodSeconds``, else 30 (the default the fake does not write),
+        and 0 for a pod on no node or that has finished. The pod is first marked (MODIFIED:
+        ``deletionTimestamp`` now + grace, ``deletionGracePeriodSeconds``, generation + 1); with
+        grace 0 and no finalizers it is then deleted (DELETED, the marked state), and that is the
+        answer. With a grace period the real pod stays until its kubelet confirms; the fake has no
+        kubelet and deletes it at once too, answering the marked pod as the real server does.
+        Finalizers keep it, marked."""
+        meta, spec = _meta(old), old.get("spec")
+        spec = spec if isinstance(spec, dict) else {}
+        collection, key = (rt.group, rt.plural), (str(meta.get("namespace") or ""), str(meta.get("name")))
+        grace = options.get("gracePeriodSeconds")
+        if not isinstance(grace, int) or isinstance(grace, bool):
+            grace = spec.get("terminationGracePeriodSeconds")
+            grace = grace if isinstance(grace, int) and not isinstance(grace, bool) else 30
+        phase = (old.get("status") or {}).get("phase") if isinstance(old.get("status"), dict) else None
+        if not spec.get("nodeName") or phase in ("Failed", "Succeeded"):
+            grace = 0
+        grace = max(grace, 1) if grace < 0 else grace
+        marked = old
+        if not meta.get("deletionTimestamp"):
+            new_meta = {
+                **meta,
+                "deletionTimestamp": _later(self.clock(), grace),
+                "deletionGracePeriodSeconds": grace,
+            }
+            if meta.get("generation"):
+                new_meta["generation"] = int(meta["generation"]) + 1
+            marked = self.storage.commit(collection, key, {**old, "metadata": new_meta})
+        if _meta(marked).get("finalizers"):
+            return marked
+        removed = self.storage.commit(collection, key, None, final=marked)
+        self._after_removal(rt, removed)
+        return removed if grace == 0 else marked
+
     def bind(self, namespace: str, name: str, body: Any) -> dict[str, Any]:
-        """``POST pods/NAME/binding``: set ``spec.nodeName`` and PodScheduled=True once."""
+        """``POST pods/NAME/binding``: set ``spec.nodeName`` and PodScheduled=True once. An invalid
+        target is the plain 500 the real handler answers; a stale uid its storage Conflict."""
         if not isinstance(body, dict) or body.get("kind") not in (None, "Binding"):
             raise st.bad_request("expected a Binding object")
         meta = _meta(body)
@@ -499,28 +554,23 @@ class Registry:
         if meta.get("name") != name:
             raise st.bad_request("name in URL does not match name in Binding object")
         target: dict[str, Any] = body["target"] if isinstance(body.get("target"), dict) else {}
-        errors = []
+        problems = []
         if target.get("kind") not in (None, "", "Node"):
-            errors.append(
-                st.FieldError(
-                    "target.kind",
-                    "FieldValueNotSupported",
-                    f'Unsupported value: "{target.get("kind")}": supported values: "Node", ""',
-                )
-            )
+            problems.append(f'target.kind: Unsupported value: "{target.get("kind")}": supported values: "Node", ""')
         if not target.get("name"):
-            errors.append(st.FieldError("target.name", "FieldValueRequired", "Required value"))
-        if errors:
-            raise st.invalid("Binding", "", name, errors)
+            problems.append("target.name: Required value")
+        if problems:
+            raise st.failure(500, problems[0] if len(problems) == 1 else "[" + ", ".join(problems) + "]")
         pods = resource_for_kind("Pod")
         pod = self.storage.get(("", "pods"), (namespace, name))
         if pod is None:
             raise st.not_found("pods", "", name)
         pod_meta, node = _meta(pod), target["name"]
         if meta.get("uid") and meta["uid"] != pod_meta.get("uid"):
-            raise st.conflict(
-                "pods/binding",
+            raise st.storage_conflict(
+                "pods",
                 "",
+                namespace,
                 name,
                 f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: {pod_meta.get('uid')}",
             )
@@ -548,13 +598,15 @@ class Registry:
         return evict(self, namespace, name, body)
 
     def put(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """Direct write for tests (no admission, no validation): create or replace the whole
-        object, status included, keeping uid and creationTimestamp of an existing one."""
+        """Direct write for tests (no admission, no validation, no managedFields): create or
+        replace the whole object, status included, keeping uid and creationTimestamp of an existing
+        one. Defaulted (``defaults.py``), as everything a real server stores and serves is."""
         obj = copy.deepcopy(raw)
         group, _, version = str(obj.get("apiVersion") or "").rpartition("/")
         rt = resource_for_kind(str(obj.get("kind")), group)
         if version not in rt.versions:
             raise ValueError(f"{rt.kind} has no version {version!r} in the fake")
+        apply_defaults(rt, version, obj)
         meta = dict(_meta(obj))
         if not meta.get("name"):
             raise ValueError("metadata.name is required")
@@ -580,6 +632,20 @@ class Registry:
         obj["metadata"] = meta
         return self.storage.commit(collection, key, obj)
 
+    def record_status_write(
+        self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any], *, manager: str
+    ) -> dict[str, Any]:
+        """Commit ``new`` (``old`` with another status) as a ``/status`` write by ``manager``, its
+        managedFields entry included: the apiserver's own writes (the eviction handler's budget
+        update) and the fake's stand-in controllers."""
+        meta = _meta(new)
+        fields = record_update(
+            old, new, manager=manager, api_version=str(new.get("apiVersion")), time=self.clock(), subresource="status"
+        )
+        new = {**new, "metadata": _prune_metadata({**meta, "managedFields": fields})}
+        key = (str(meta.get("namespace") or ""), str(meta.get("name")))
+        return self.storage.commit((rt.group, rt.plural), key, new)
+
     def collect_garbage(self) -> int:
         """Delete (see ``remove``) every PodSchedulingContext and ResourceClaim whose controlling
         owner reference names a Pod uid that no longer exists in its namespace. Returns how many
@@ -600,11 +666,9 @@ class Registry:
     # --- helpers --------------------------------------------------------------------------------
 
     def _after_removal(self, rt: ResourceType, obj: dict[str, Any]) -> None:
-        """An object is gone for good: forget its field owners; a pod's dependents go with it."""
-        meta = _meta(obj)
-        if rt.apply:
-            self.owners.forget(str(meta.get("uid")))
+        """An object is gone for good: a pod's dependents go with it."""
         if rt.kind == "Pod" and not rt.group:
+            meta = _meta(obj)
             self._collect_dependents(str(meta.get("namespace") or ""), str(meta.get("uid")))
 
     def _collect_dependents(self, namespace: str, uid: str) -> None:
@@ -622,9 +686,9 @@ class Registry:
     def _main_errors(
         self, rt: ResourceType, version: str, old: dict[str, Any], new: dict[str, Any]
     ) -> list[FieldError]:
-        """Validation of a main-resource write (update, patch, apply) of ``old`` into ``new``."""
-        errors = check_metadata(_meta(new)) + check_no_new_finalizers(_meta(old), _meta(new))
-        errors += check_immutable_spec(rt.kind, old, new)
+        """Kind validation of a main-resource write (update, patch, apply) of ``old`` into ``new``
+        (the metadata's is ``check_metadata_update``)."""
+        errors = check_immutable_spec(rt.kind, old, new)
         if rt.kind == "PodSchedulingContext":
             errors += check_pod_scheduling_spec(new)
         if rt.kind == "PodDisruptionBudget":
@@ -644,27 +708,6 @@ class Registry:
                 f"Precondition failed: UID in precondition: {meta['uid']}, UID in object meta: {old_meta.get('uid')}",
             )
 
-    def _merge_applied(
-        self, rt: ResourceType, version: str, old: dict[str, Any], config: dict[str, Any], spec: dict[str, Any]
-    ) -> dict[str, Any]:
-        """The stored object after an apply: ``spec`` as planned, labels and annotations merged,
-        ownerReferences and finalizers replaced when configured, everything else as stored."""
-        new = copy.deepcopy(old)
-        new["apiVersion"] = rt.api_version(version)
-        if spec or "spec" in old:
-            new["spec"] = spec
-        meta, config_meta = dict(_meta(new)), _meta(config)
-        for field in ("labels", "annotations"):
-            if isinstance(config_meta.get(field), dict):
-                meta[field] = {**(meta.get(field) or {}), **config_meta[field]}
-        for field in ("ownerReferences", "finalizers"):
-            if field in config_meta:
-                meta[field] = config_meta[field]
-        if rt.generation and new.get("spec") != old.get("spec"):
-            meta["generation"] = int(_meta(old).get("generation") or 1) + 1
-        new["metadata"] = _prune_metadata(meta)
-        return new
-
     def _existing(self, rt: ResourceType, namespace: str, name: str) -> dict[str, Any]:
         obj = self.storage.get((rt.group, rt.plural), (namespace, name))
         if obj is None:
@@ -682,7 +725,10 @@ class Registry:
                 f"the API version in the data ({body['apiVersion']}) does not match the expected API version ({want})"
             )
         if body.get("kind") not in (None, "", rt.kind):
-            raise st.bad_request(f"the kind in the data ({body['kind']}) does not match the expected kind ({rt.kind})")
+            raise st.bad_request(
+                f'{body["kind"]} in version "{version}" cannot be handled as a {rt.kind}: no kind "{body["kind"]}" '
+                f'is registered for version "{want}" in scheme "pkg/api/legacyscheme/scheme.go:30"'
+            )
         obj = copy.deepcopy(body)
         obj["apiVersion"], obj["kind"] = want, rt.kind
         meta = obj.get("metadata")
@@ -702,32 +748,29 @@ class Registry:
         return obj
 
     def _check_preconditions(self, rt: ResourceType, old: dict[str, Any], meta_in: dict[str, Any]) -> None:
+        """A PUT's storage preconditions: the body's uid (409, the StorageError Conflict), then its
+        resourceVersion (409 when stale; when absent, 422 for a strategy without unconditional
+        updates, and for every type but the ``unconditional_update`` ones on the strict fake)."""
         name, old_meta = str(_meta(old).get("name")), _meta(old)
-        version = meta_in.get("resourceVersion")
-        if not version:
-            if not (self.unconditional_updates or rt.unconditional_update):
-                raise st.invalid(
-                    rt.kind,
-                    rt.group,
-                    name,
-                    [
-                        st.FieldError(
-                            "metadata.resourceVersion",
-                            "FieldValueInvalid",
-                            "Invalid value: 0x0: must be specified for an update",
-                        )
-                    ],
-                )
-        elif version != old_meta.get("resourceVersion"):
-            raise st.conflict(rt.plural, rt.group, name, st.MODIFIED)
         uid = meta_in.get("uid")
         if uid and uid != old_meta.get("uid"):
-            raise st.conflict(
+            raise st.storage_conflict(
                 rt.plural,
                 rt.group,
+                str(old_meta.get("namespace") or ""),
                 name,
                 f"Precondition failed: UID in precondition: {uid}, UID in object meta: {old_meta.get('uid')}",
             )
+        version = meta_in.get("resourceVersion")
+        if not version:
+            allowed = rt.unconditional_update or (self.unconditional_updates and not rt.conditional_update)
+            if not allowed:
+                error = FieldError(
+                    "metadata.resourceVersion", "FieldValueInvalid", "Invalid value: 0: must be specified for an update"
+                )
+                raise st.invalid(rt.kind, rt.group, name, [error], details_kind=rt.plural)
+        elif version != old_meta.get("resourceVersion"):
+            raise st.conflict(rt.plural, rt.group, name, st.MODIFIED)
 
     def _merge_main(
         self, rt: ResourceType, version: str, old: dict[str, Any], new_in: dict[str, Any]
@@ -750,22 +793,47 @@ class Registry:
                 new.pop("status", None)
         return new
 
+    def _merge_status(
+        self, rt: ResourceType, version: str, old: dict[str, Any], new_in: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The object a ``/status`` PUT stores: the stored one with the body's status (``{}`` when
+        it has none: a status struct is always written). Metadata stays as stored
+        (``ResetObjectMetaForStatus``) except for pods, whose status strategy keeps only spec,
+        ownerReferences and deletionTimestamp: labels, annotations and finalizers come from the
+        body there."""
+        new = {**old, "apiVersion": rt.api_version(version)}
+        status = new_in.get("status")
+        new["status"] = status if isinstance(status, dict) and status else _empty_status(rt)
+        if rt.kind == "Pod" and not rt.group:
+            meta, meta_in = dict(_meta(old)), _meta(new_in)
+            for field in ("labels", "annotations", "finalizers"):
+                if field in meta_in:
+                    meta[field] = meta_in[field]
+                else:
+                    meta.pop(field, None)
+            new["metadata"] = _prune_metadata(meta)
+        return new
+
     def _commit_update(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         """Commit unless nothing changed (then the stored object comes back, same resourceVersion,
-        no watch event); an object being deleted whose last finalizer went is removed."""
+        no watch event). An object being deleted whose last finalizer went is removed: the update
+        itself is never stored, so the watch sees the stored object (finalizers and all) DELETED at
+        a new resourceVersion and the writer gets the updated object back with the resourceVersion
+        it had, as upstream."""
         if _without_rv(new) == _without_rv(old):
             return old
         meta, key = _meta(new), (str(_meta(old).get("namespace") or ""), str(_meta(old)["name"]))
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
-            removed = self.storage.commit((rt.group, rt.plural), key, None, final=new)
+            removed = self.storage.commit((rt.group, rt.plural), key, None)
             self._after_removal(rt, removed)
-            return removed
+            return {**new, "metadata": {**meta, "resourceVersion": _meta(old).get("resourceVersion")}}
         return self.storage.commit((rt.group, rt.plural), key, new)
 
 
 def watch_event(change: Change, selector: Selector) -> tuple[str, dict[str, Any]] | None:
     """The event a filtered watch sees for a change: an object entering the selection is ADDED,
-    one leaving it is DELETED (with its new state), as the watch cache does."""
+    one leaving it is DELETED with its previous state (the last one the watcher could see) at the
+    change's resourceVersion, as the watch cache does."""
     if change.type == "DELETED":
         return ("DELETED", change.obj) if selector(change.obj) else None
     now = selector(change.obj)
@@ -774,8 +842,9 @@ def watch_event(change: Change, selector: Selector) -> tuple[str, dict[str, Any]
         return ("MODIFIED", change.obj)
     if now:
         return ("ADDED", change.obj)
-    if before:
-        return ("DELETED", change.obj)
+    if before and change.prev is not None:
+        version = _meta(change.obj).get("resourceVersion")
+        return ("DELETED", {**change.prev, "metadata": {**_meta(change.prev), "resourceVersion": version}})
     return None
 
 
@@ -799,9 +868,28 @@ def _object_errors(rt: ResourceType, version: str, obj: dict[str, Any]) -> list[
         return check_pod_scheduling_spec(obj)
     if rt.kind == "ResourceClaim":
         return check_claim_spec(version, obj)
+    if rt.kind == "ResourceClaimTemplate":
+        return check_claim_spec(version, obj, template=True)
     if rt.kind == "PodDisruptionBudget":
         return check_pdb_spec(obj)
     return []
+
+
+def _later(timestamp: str, seconds: int) -> str:
+    """``timestamp`` (the clock's ``metav1.Time``) plus ``seconds``; unchanged when it does not parse."""
+    try:
+        when = datetime.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return timestamp
+    return (when + datetime.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _empty_status(rt: ResourceType) -> dict[str, Any]:
+    """A status struct with nothing set, as the apiserver writes it (a budget's counters are not
+    ``omitempty``)."""
+    if rt.kind == "PodDisruptionBudget":
+        return {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+    return {}
 
 
 def _status_errors(rt: ResourceType, version: str, old: dict[str, Any], new: dict[str, Any]) -> list[FieldError]:
@@ -822,8 +910,8 @@ def _reset_status_on_create(rt: ResourceType, obj: dict[str, Any]) -> None:
         obj["status"] = {"phase": "Pending"}
     elif rt.kind == "Namespace":
         obj["status"] = {"phase": "Active"}
-    elif rt.kind == "PodDisruptionBudget":  # PodDisruptionBudgetStatus{}: the counters are not omitempty
-        obj["status"] = {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0, "expectedPods": 0}
+    elif rt.kind == "PodDisruptionBudget":
+        obj["status"] = _empty_status(rt)
 
 
 def _check_match(rv: str, match: str) -> None:
@@ -856,8 +944,11 @@ def _parse_rv(text: str) -> int:
         value = int(text)
     except ValueError:
         value = -1
-    if value < 0:
-        raise st.bad_request(f'invalid resource version "{text}"')
+    if value < 0 or not text.isdigit():
+        raise st.bad_request(
+            f'invalid resource version: resourceVersion: Invalid value: "{text}": '
+            f'strconv.ParseUint: parsing "{text}": invalid syntax'
+        )
     return value
 
 
@@ -872,4 +963,4 @@ def _decode_continue(token: str) -> tuple[int, Key]:
         namespace, _, name = str(data["start"]).partition("/")
         return int(data["rv"]), (namespace, name)
     except (ValueError, KeyError, TypeError, binascii.Error, orjson.JSONDecodeError) as exc:
-        raise st.bad_request(f"continue key is not valid: {exc}") from exc
+        raise st.bad_request(f"invalid continue token: continue key is not valid: {exc}") from exc

@@ -63,10 +63,11 @@ class ResourceType:
     ``generation``: ``metadata.generation`` starts at 1 and bumps when ``spec`` changes.
     ``fields``: the field selectors the apiserver accepts beyond ``metadata.name``/``namespace``.
     ``feature_gate``: the type is served only with this gate on (see the module docstring).
-    ``unconditional_update``: the strategy's ``AllowUnconditionalUpdate``: an update without
-    ``metadata.resourceVersion`` is taken (otherwise the fake's strict 422).
-    ``apply``: server-side apply is emulated for this type (``apply.py``), and the top-level
-    ``spec`` fields each write sets are tracked per field manager.
+    ``unconditional_update``: an update without ``metadata.resourceVersion`` is always taken, even
+    by the strict fake (``FakeApiServer.unconditional_updates=False`` refuses it for the other types
+    whose strategy allows it). ``conditional_update``: the strategy's ``AllowUnconditionalUpdate``
+    is false (Lease, PodDisruptionBudget): such an update is 422 whatever the fake's setting.
+    ``apply``: server-side apply is emulated for this type (``apply.py``).
     """
 
     group: str
@@ -83,6 +84,7 @@ class ResourceType:
     short_names: tuple[str, ...] = ()
     feature_gate: str = ""
     unconditional_update: bool = False
+    conditional_update: bool = False
     apply: bool = False
 
     @property
@@ -99,7 +101,14 @@ class ResourceType:
 
 
 def _dra(
-    plural: str, singular: str, kind: str, *, namespaced: bool, status: bool = False, fields: Sequence[str] = ()
+    plural: str,
+    singular: str,
+    kind: str,
+    *,
+    namespaced: bool,
+    status: bool = False,
+    generation: bool = True,
+    fields: Sequence[str] = (),
 ) -> ResourceType:
     return ResourceType(
         group=RESOURCE_GROUP,
@@ -109,15 +118,18 @@ def _dra(
         kind=kind,
         namespaced=namespaced,
         status=status,
-        generation=True,
+        generation=generation,
         fields=tuple(fields),
     )
 
 
+#: ``generation`` as kube-apiserver 1.36's strategies set it: DeviceClass, ResourceSlice, Pod and
+#: PodDisruptionBudget have one; ResourceClaim, ResourceClaimTemplate, Node, Namespace, Event and
+#: Lease do not.
 CATALOG: tuple[ResourceType, ...] = (
     _dra("deviceclasses", "deviceclass", "DeviceClass", namespaced=False),
-    _dra("resourceclaims", "resourceclaim", "ResourceClaim", namespaced=True, status=True),
-    _dra("resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate", namespaced=True),
+    _dra("resourceclaims", "resourceclaim", "ResourceClaim", namespaced=True, status=True, generation=False),
+    _dra("resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate", namespaced=True, generation=False),
     _dra("resourceslices", "resourceslice", "ResourceSlice", namespaced=False, fields=("spec.nodeName", "spec.driver")),
     # STR131: status subresource, no generation, unconditional updates allowed; v1alpha3 only.
     ResourceType(
@@ -140,6 +152,7 @@ CATALOG: tuple[ResourceType, ...] = (
         kind="Pod",
         namespaced=True,
         status=True,
+        generation=True,
         subresources=("binding", "eviction"),
         fields=(
             "spec.nodeName",
@@ -170,6 +183,7 @@ CATALOG: tuple[ResourceType, ...] = (
         singular="namespace",
         kind="Namespace",
         namespaced=False,
+        verbs=("create", "delete", "get", "list", "patch", "update", "watch"),
         status=True,
         fields=("status.phase",),
         short_names=("ns",),
@@ -215,9 +229,17 @@ CATALOG: tuple[ResourceType, ...] = (
         status=True,
         generation=True,
         short_names=("pdb",),
+        conditional_update=True,
     ),
     ResourceType(
-        group="coordination.k8s.io", versions=("v1",), plural="leases", singular="lease", kind="Lease", namespaced=True
+        group="coordination.k8s.io",
+        versions=("v1",),
+        plural="leases",
+        singular="lease",
+        kind="Lease",
+        namespaced=True,
+        conditional_update=True,
+        apply=True,
     ),
     ResourceType(
         group="authorization.k8s.io",

@@ -2,7 +2,9 @@
 
 Label selectors: ``a=b``, ``a==b``, ``a!=b``, ``a``, ``!a``, ``a in (x,y)``, ``a notin (x)``,
 comma-separated and ANDed. Field selectors: ``path=value``, ``path==value``, ``path!=value``;
-a field the resource does not index is a 400 ``field label not supported: <path>`` as on a real
+a field the resource does not index is a 400: ``field label not supported: <path>`` for the types
+with field selectors of their own (pods, nodes, events, ResourceSlices, ...), ``"<path>" is not a
+known field selector: only "metadata.name", "metadata.namespace"`` for the others, as on a real
 cluster. A missing field reads as the empty string (``spec.nodeName=`` selects unbound pods).
 """
 
@@ -100,6 +102,8 @@ def parse_field_selector(text: str | None, rt: ResourceType) -> Selector:
             raise bad_request(f"invalid selector: '{text}'; can't understand '{part}'")
         path, op, value = match.groups()
         if path not in supported:
-            raise bad_request(f"field label not supported: {path}")
+            if rt.fields:
+                raise bad_request(f"field label not supported: {path}")
+            raise bad_request(f'"{path}" is not a known field selector: only "metadata.name", "metadata.namespace"')
         selectors.append(_field_requirement(field_getter(path), op != "!=", value))
     return _all_of(selectors)

@@ -17,6 +17,7 @@ __all__ = [
     "bad_request",
     "conflict",
     "expired",
+    "failure",
     "forbidden",
     "internal_error",
     "invalid",
@@ -24,6 +25,7 @@ __all__ = [
     "not_found",
     "path_not_found",
     "status_body",
+    "storage_conflict",
     "success",
     "timeout",
     "too_many_requests",
@@ -118,14 +120,20 @@ class FieldError:
         return f"{self.field}: {self.detail}"
 
 
-def invalid(kind: str, group: str, name: str, errors: list[FieldError]) -> ApiError:
-    """422 Invalid (``errors.NewInvalid``): details carry the Kind (not the resource) and causes."""
-    qualified_kind = f"{kind}.{group}" if group else kind
+def invalid(kind: str, group: str, name: str, errors: list[FieldError], *, details_kind: str = "") -> ApiError:
+    """422 Invalid (``errors.NewInvalid``): details carry the Kind (``details_kind``: what the
+    message and details name instead, e.g. ``leases`` for the resourceVersion error of a strategy
+    that forbids unconditional updates) and one cause per error; the message lists each distinct
+    error once, as ``ErrorList.ToAggregate`` dedupes them (the causes are not deduped: metadata
+    errors of an update appear twice there, as upstream validates metadata twice)."""
+    shown = details_kind or kind
+    qualified_kind = f"{shown}.{group}" if group else shown
+    texts = list(dict.fromkeys(e.text() for e in errors))
     # One error reads bare, several as Go prints an aggregate: [a, b].
-    summary = errors[0].text() if len(errors) == 1 else "[" + ", ".join(e.text() for e in errors) + "]"
+    summary = texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
     message = f'{qualified_kind} "{name}" is invalid: {summary}'
     causes = [{"reason": e.type, "message": e.detail, "field": e.field} for e in errors]
-    details = _details(name, group, kind)
+    details = _details(name or None, group, shown)
     details["causes"] = causes
     return ApiError(status_body(422, "Invalid", message, details))
 
@@ -136,13 +144,27 @@ def bad_request(message: str) -> ApiError:
 
 
 def unsupported_media_type(content_type: str) -> ApiError:
-    """415 for a PATCH content type the fake does not accept."""
-    message = (
-        f"the body of the request was in an unknown format - accepted media types include: "
-        f"application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json "
-        f"(got {content_type!r}; the fake emulates apply-patch for podschedulingcontexts only)"
+    """415 for a PATCH content type the server does not accept (the bare ``StatusError`` the
+    handler writes: no reason's text in the message, empty details)."""
+    del content_type
+    return ApiError(status_body(415, "UnsupportedMediaType", "415: Unsupported Media Type", {}))
+
+
+def failure(code: int, message: str) -> ApiError:
+    """A Failure Status with neither reason nor details (what the apiserver writes for a plain Go
+    error: a 500 for ``resourceVersion should not be set on objects to be created``, an invalid
+    binding)."""
+    return ApiError(
+        {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message, "code": code}
     )
-    return ApiError(status_body(415, "UnsupportedMediaType", message))
+
+
+def storage_conflict(resource: str, group: str, namespace: str, name: str, detail: str) -> ApiError:
+    """409 from a failed storage precondition of an update (the uid a PUT or a binding carries):
+    the StorageError text inside the Conflict, as ``InterpretUpdateError`` wraps it."""
+    key = f"/registry/{resource}/{namespace}/{name}" if namespace else f"/registry/{resource}/{name}"
+    cause = f"StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: {detail}"
+    return conflict(resource, group, name, cause)
 
 
 def method_not_allowed(verb: str, resource: str) -> ApiError:

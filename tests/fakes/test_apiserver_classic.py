@@ -472,14 +472,14 @@ async def test_apply_conflicts_with_update_writers(fake: FakeApiServer, http: ai
     config = context(spec={"selectedNode": "node-2", "potentialNodes": ["node-3"]})
     status, body = await apply(http, "pod-0", config)
     assert status == 409
-    assert body["message"] == (
+    assert body["message"] == (  # a manager's time is never part of its name in a conflict
         "Apply failed with 2 conflicts: "
-        f'conflicts with "kube-scheduler" using resource.k8s.io/v1alpha3 at {NOW}:\n- .spec.potentialNodes\n'
-        f'conflicts with "resource-driver" using resource.k8s.io/v1alpha3 at {NOW}:\n- .spec.selectedNode'
+        'conflicts with "kube-scheduler" using resource.k8s.io/v1alpha3:\n- .spec.potentialNodes\n'
+        'conflicts with "resource-driver" using resource.k8s.io/v1alpha3:\n- .spec.selectedNode'
     )
     assert {(c["message"], c["field"]) for c in body["details"]["causes"]} == {
-        (f'conflict with "kube-scheduler" using resource.k8s.io/v1alpha3 at {NOW}', ".spec.potentialNodes"),
-        (f'conflict with "resource-driver" using resource.k8s.io/v1alpha3 at {NOW}', ".spec.selectedNode"),
+        ('conflict with "kube-scheduler" using resource.k8s.io/v1alpha3', ".spec.potentialNodes"),
+        ('conflict with "resource-driver" using resource.k8s.io/v1alpha3', ".spec.selectedNode"),
     }
     status, forced = await apply(http, "pod-0", config, force=True)
     assert status == 200 and forced["spec"] == config["spec"]
@@ -602,7 +602,7 @@ async def test_deallocation_requested_rules(http: aiohttp.ClientSession) -> None
     # upstream reports this one on "status" itself
     assert _cause(body) == ("status", "Forbidden: `allocation` must be set when `deallocationRequested` is set")
     status, deallocated = await _status_put(http, CLAIMS, requested, {})
-    assert status == 200 and "status" not in deallocated
+    assert status == 200 and deallocated["status"] == {}
 
 
 async def test_reserved_for_may_shrink_while_deallocation_is_requested(

@@ -80,7 +80,7 @@ async def test_resource_version_semantics(fake: FakeApiServer, http: aiohttp.Cli
     )
     assert _names(not_older) == ["slice-0", "slice-1"]
     status, body = await call(http, "GET", SLICES, params={"resourceVersion": "999999"})
-    assert status == 504 and body["message"].startswith("Too large resource version: 999999")
+    assert status == 504 and body["message"].startswith("Timeout: Too large resource version: 999999")
     status, body = await call(http, "GET", SLICES, params={"resourceVersionMatch": "Exact"})
     assert status == 422 and "resourceVersionMatch is forbidden unless resourceVersion is provided" in body["message"]
     fake.compact()
@@ -106,7 +106,10 @@ async def test_selectors(fake: FakeApiServer, http: aiohttp.ClientSession) -> No
         status, body = await call(http, "GET", path, params={parameter: selector})
         assert (status, _names(body)) == (200, expected), selector
     status, body = await call(http, "GET", CLAIMS, params={"fieldSelector": "spec.nodeName=x"})
-    assert (status, body["message"]) == (400, "field label not supported: spec.nodeName")
+    message = '"spec.nodeName" is not a known field selector: only "metadata.name", "metadata.namespace"'
+    assert (status, body["message"]) == (400, message)  # claims have no field selectors of their own
+    status, body = await call(http, "GET", SLICES, params={"fieldSelector": "spec.pool=x"})
+    assert (status, body["message"]) == (400, "field label not supported: spec.pool")  # slices have some
     status, _ = await call(http, "GET", PODS, params={"labelSelector": "a b c"})
     assert status == 400
 
@@ -245,7 +248,8 @@ async def test_send_initial_events(fake: FakeApiServer, http: aiohttp.ClientSess
     assert bookmark["type"] == "BOOKMARK"
     assert bookmark["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
     status, body = await call(http, "GET", SLICES, params={"watch": "1", "sendInitialEvents": "true"})
-    assert status == 422 and "sendInitialEvents is forbidden" in body["message"]
+    assert status == 422
+    assert "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan" in body["message"]
 
 
 async def test_selector_watch_sees_objects_leave_and_enter(fake: FakeApiServer, http: aiohttp.ClientSession) -> None:
@@ -257,7 +261,11 @@ async def test_selector_watch_sees_objects_leave_and_enter(fake: FakeApiServer, 
         fake.put_object(_slice("slice-9", node="node-2"))
         fake.put_object(_slice("slice-0", node="node-1"))
         left, entered = await watch.next(), await watch.next()
-    assert (left["type"], left["object"]["spec"]["nodeName"]) == ("DELETED", "node-2")
+    # leaving: DELETED with the state the watcher last saw (kube-apiserver's watch cache), at the change's version
+    assert (left["type"], left["object"]["spec"]["nodeName"]) == ("DELETED", "node-1")
+    assert (
+        int(left["object"]["metadata"]["resourceVersion"]) == int(entered["object"]["metadata"]["resourceVersion"]) - 2
+    )
     assert (entered["type"], entered["object"]["metadata"]["name"]) == ("ADDED", "slice-0")
 
 

@@ -1,12 +1,15 @@
 """The apiserver's validation for the writes the fake accepts, as field errors (-> 422 Invalid).
 
-Covers what dra-extender can trip over: object names (RFC 1123 subdomains), label/annotation
-shapes, finalizers (none may be added once deletion started), immutable specs (claims, claim
-templates, pods), and the ResourceClaim status rules of ``validateResourceClaimStatusUpdate``:
-``reservedFor`` at most 256 entries, unique by uid, only with an allocation, no new consumers
-while the claim is being deleted, and an allocation that cannot change once set. Messages follow
-``field.Error`` (``<path>: <Type>: <detail>``). Comparisons are on raw JSON: the fake does not
-apply the apiserver's defaulting, so a client must echo what it read.
+Covers what dra-extender can trip over: object names (RFC 1123 subdomains), labels (qualified
+names and label values) and annotation keys, finalizers (none may be added once deletion
+started), a changed uid, immutable specs (claims, claim templates, pods), the parts of a claim's
+spec a client gets wrong (``check_claim_spec``: request names, counts and modes, device classes),
+and the ResourceClaim status rules of ``validateResourceClaimStatusUpdate``: ``reservedFor`` at
+most 256 entries, unique by uid, only with an allocation, no new consumers while the claim is
+being deleted, and an allocation that is checked when it is set and cannot change afterwards.
+Messages follow ``field.Error`` (``<path>: <Type>: <detail>``) with kube-apiserver 1.36's words.
+Comparisons are on raw JSON after the fake's defaulting (``defaults.py``), so a client must echo
+what it read.
 
 resource.k8s.io v1alpha3 is validated as Kubernetes 1.31 did (VAL131, classic DRA): at most 32
 ``reservedFor`` entries, list limits reported as 1.31's ``field.TooLongMaxLength`` (``Too long:
@@ -33,11 +36,13 @@ __all__ = [
     "check_driver_name",
     "check_immutable_spec",
     "check_metadata",
+    "check_metadata_update",
     "check_name",
     "check_no_new_finalizers",
     "check_node_name_set",
     "check_pod_scheduling_spec",
     "check_pod_scheduling_status",
+    "dns_label_errors",
 ]
 
 #: resource.ResourceClaimReservedForMaxSize.
@@ -59,6 +64,99 @@ _SUBDOMAIN_HELP = (
     "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is "
     "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
 )
+
+
+_QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_QUALIFIED_NAME_HELP = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+    "character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is "
+    "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_LABEL_VALUE_HELP = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
+    "start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for "
+    "validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL_HELP = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and "
+    "end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is "
+    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+
+
+def _qualified_name_problems(value: str) -> list[str]:
+    """``IsQualifiedName``: an optional DNS subdomain prefix and ``/``, then a name part."""
+    parts = value.split("/")
+    problems: list[str] = []
+    if len(parts) > 2:
+        return [
+            "a qualified name " + _QUALIFIED_NAME_HELP + " with an optional DNS subdomain prefix and '/' "
+            "(e.g. 'example.com/MyName')"
+        ]
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            problems.append("prefix part must be non-empty")
+        else:
+            if len(prefix) > 253:
+                problems.append("prefix part must be no more than 253 characters")
+            if not _SUBDOMAIN.match(prefix):
+                problems.append("prefix part " + _SUBDOMAIN_HELP)
+    if not name:
+        problems.append("name part must be non-empty")
+    elif len(name) > 63:
+        problems.append("name part must be no more than 63 characters")
+    if not _QUALIFIED_NAME.match(name):
+        problems.append("name part " + _QUALIFIED_NAME_HELP)
+    return problems
+
+
+def _label_errors(labels: dict[str, str]) -> list[FieldError]:
+    """``ValidateLabels``: keys are qualified names, values valid label values; every error is
+    reported on ``metadata.labels`` quoting the key or value."""
+    errors: list[FieldError] = []
+    for key, value in labels.items():
+        for problem in _qualified_name_problems(key):
+            errors.append(FieldError("metadata.labels", "FieldValueInvalid", f'Invalid value: "{key}": {problem}'))
+        if len(value) > 63:
+            errors.append(
+                FieldError(
+                    "metadata.labels",
+                    "FieldValueInvalid",
+                    f'Invalid value: "{value}": must be no more than 63 characters',
+                )
+            )
+        if not _LABEL_VALUE.match(value):
+            errors.append(
+                FieldError("metadata.labels", "FieldValueInvalid", f'Invalid value: "{value}": {_LABEL_VALUE_HELP}')
+            )
+    return errors
+
+
+def _annotation_errors(annotations: dict[str, str]) -> list[FieldError]:
+    """``ValidateAnnotations``: keys are qualified names (checked lower-cased)."""
+    errors: list[FieldError] = []
+    for key in annotations:
+        for problem in _qualified_name_problems(key.lower()):
+            errors.append(FieldError("metadata.annotations", "FieldValueInvalid", f'Invalid value: "{key}": {problem}'))
+    return errors
+
+
+def dns_label_errors(value: Any, path: str) -> list[FieldError]:
+    """``ValidateDNS1123Label`` (``Required value`` when empty)."""
+    if not isinstance(value, str) or not value:
+        return [FieldError(path, "FieldValueRequired", "Required value")]
+    errors: list[FieldError] = []
+    if len(value) > 63:
+        errors.append(
+            FieldError(path, "FieldValueInvalid", f'Invalid value: "{value}": must be no more than 63 characters')
+        )
+    if not _DNS_LABEL.match(value):
+        errors.append(FieldError(path, "FieldValueInvalid", f'Invalid value: "{value}": {_DNS_LABEL_HELP}'))
+    return errors
 
 
 def check_name(name: Any, path: str = "metadata.name") -> list[FieldError]:
@@ -174,13 +272,125 @@ def check_pod_scheduling_status(status: Any) -> list[FieldError]:
     return errors
 
 
-def check_claim_spec(version: str, obj: dict[str, Any]) -> list[FieldError]:
-    """The part of ``validateResourceClaimSpec`` the fake checks on create: in v1alpha3 a set
-    ``spec.controller`` must be a driver name (the spec is immutable afterwards)."""
+def check_claim_spec(version: str, obj: dict[str, Any], *, template: bool = False) -> list[FieldError]:
+    """``validateResourceClaimSpec`` on create, the parts a test can trip over: request names (DNS
+    labels, unique, at most 32), exactly one of ``exactly`` / ``firstAvailable`` (at most 8
+    subrequests, unique names), ``deviceClassName`` (required, a DNS subdomain), ``allocationMode``
+    and ``count``; v1beta1's flat requests are reported under ``exactly``, as upstream normalises
+    its paths. Selectors, constraints, config and tolerations are not checked. In v1alpha3 a set
+    ``spec.controller`` must be a driver name (VAL131; the spec is immutable afterwards).
+    ``template``: the claim spec of a ResourceClaimTemplate (``spec.spec``)."""
     spec = obj.get("spec")
-    if version != CLASSIC_VERSION or not isinstance(spec, dict) or spec.get("controller") in (None, ""):
+    if template:
+        spec = spec.get("spec") if isinstance(spec, dict) else None
+    prefix = "spec.spec" if template else "spec"
+    if not isinstance(spec, dict):
         return []
-    return check_driver_name(spec["controller"], "spec.controller")
+    if version == CLASSIC_VERSION:
+        if template or spec.get("controller") in (None, ""):
+            return []
+        return check_driver_name(spec["controller"], "spec.controller")
+    devices = spec.get("devices")
+    requests = (devices.get("requests") if isinstance(devices, dict) else None) or []
+    if not isinstance(requests, list):
+        return [FieldError(f"{prefix}.devices.requests", "FieldValueInvalid", "Invalid value: must be a list")]
+    flat = version == "v1beta1"
+    path = f"{prefix}.devices.requests"
+    errors: list[FieldError] = []
+    for index, request in enumerate(requests):
+        if isinstance(request, dict):
+            errors += _request_errors(request, f"{path}[{index}]", flat=flat)
+    return errors + _set_errors(requests, path, MAX_REQUESTS)
+
+
+#: resource.DeviceRequestsMaxSize and FirstAvailableDeviceRequestMaxSize.
+MAX_REQUESTS = 32
+MAX_SUBREQUESTS = 8
+
+
+def _set_errors(items: list[Any], path: str, limit: int) -> list[FieldError]:
+    """A list of named items: at most ``limit``, names unique (the duplicate reported on the item)."""
+    errors: list[FieldError] = []
+    if len(items) > limit:
+        errors.append(FieldError(path, "FieldValueTooMany", f"Too many: {len(items)}: must have at most {limit} items"))
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        name = item.get("name") if isinstance(item, dict) else None
+        if not isinstance(name, str):
+            continue
+        if name in seen:
+            errors.append(FieldError(f"{path}[{index}]", "FieldValueDuplicate", f'Duplicate value: "{name}"'))
+        seen.add(name)
+    return errors
+
+
+def _request_errors(request: dict[str, Any], path: str, *, flat: bool) -> list[FieldError]:
+    errors = dns_label_errors(request.get("name"), f"{path}.name")
+    subrequests = request.get("firstAvailable") or []
+    if flat:
+        exactly: Any = None if subrequests else request
+    else:
+        exactly = request.get("exactly")
+    kinds = (1 if subrequests else 0) + (1 if exactly is not None else 0)
+    if kinds == 0:
+        errors.append(
+            FieldError(
+                path, "FieldValueRequired", "Required value: exactly one of `exactly` or `firstAvailable` is required"
+            )
+        )
+    elif kinds > 1:
+        errors.append(
+            FieldError(
+                path,
+                "FieldValueInvalid",
+                "Invalid value: null: exactly one of `exactly` or `firstAvailable` is required, "
+                "but multiple fields are set",
+            )
+        )
+    elif subrequests:
+        if not isinstance(subrequests, list):
+            return [*errors, FieldError(f"{path}.firstAvailable", "FieldValueInvalid", "Invalid value: must be a list")]
+        for index, sub in enumerate(subrequests):
+            if isinstance(sub, dict):
+                spath = f"{path}.firstAvailable[{index}]"
+                errors += dns_label_errors(sub.get("name"), f"{spath}.name") + _exact_errors(sub, spath)
+        errors += _set_errors(subrequests, f"{path}.firstAvailable", MAX_SUBREQUESTS)
+    elif isinstance(exactly, dict):
+        errors += _exact_errors(exactly, f"{path}.exactly")
+    return errors
+
+
+def _exact_errors(exact: dict[str, Any], path: str) -> list[FieldError]:
+    """deviceClassName and allocationMode/count of an exact request or a subrequest."""
+    class_name = exact.get("deviceClassName")
+    if not isinstance(class_name, str) or not class_name:
+        errors = [FieldError(f"{path}.deviceClassName", "FieldValueRequired", "Required value")]
+    else:
+        errors = _subdomain_errors(class_name, f"{path}.deviceClassName")
+    mode, count = exact.get("allocationMode"), exact.get("count")
+    if mode == "All":
+        if count not in (None, 0):
+            errors.append(
+                FieldError(
+                    f"{path}.count",
+                    "FieldValueInvalid",
+                    f"Invalid value: {count}: must not be specified when allocationMode is 'All'",
+                )
+            )
+    elif mode == "ExactCount":
+        if not isinstance(count, int) or count <= 0:
+            errors.append(
+                FieldError(f"{path}.count", "FieldValueInvalid", f"Invalid value: {count}: must be greater than zero")
+            )
+    else:
+        errors.append(
+            FieldError(
+                f"{path}.allocationMode",
+                "FieldValueNotSupported",
+                f'Unsupported value: "{mode}": supported values: "All", "ExactCount"',
+            )
+        )
+    return errors
 
 
 def check_metadata(meta: dict[str, Any]) -> list[FieldError]:
@@ -194,6 +404,8 @@ def check_metadata(meta: dict[str, Any]) -> list[FieldError]:
             errors.append(
                 FieldError(f"metadata.{field}", "FieldValueInvalid", "Invalid value: must map strings to strings")
             )
+        elif value:
+            errors += _label_errors(value) if field == "labels" else _annotation_errors(value)
     finalizers = meta.get("finalizers")
     if finalizers is not None:
         if not isinstance(finalizers, list) or not all(isinstance(f, str) and f for f in finalizers):
@@ -211,6 +423,20 @@ def check_metadata(meta: dict[str, Any]) -> list[FieldError]:
             FieldError("metadata.ownerReferences", "FieldValueInvalid", "Invalid value: must be a list of objects")
         )
     return errors
+
+
+def check_metadata_update(old_meta: dict[str, Any], new_meta: dict[str, Any]) -> list[FieldError]:
+    """``ValidateObjectMeta`` of the new metadata, then ``ValidateObjectMetaUpdate``, the parts the
+    fake checks: finalizers added while the object is being deleted, a changed ``uid`` (a body's
+    uid that is not the stored one; an absent one is filled in), and the label and annotation rules
+    again (upstream's update check repeats them). The apiserver runs this pair twice on every
+    update (``validateCommonFields``, then the strategy), so ``registry`` doubles the list: a bad
+    label is four causes of the 422, a new finalizer two."""
+    errors = check_metadata(new_meta) + check_no_new_finalizers(old_meta, new_meta)
+    uid = new_meta.get("uid")
+    if uid and uid != old_meta.get("uid"):
+        errors.append(FieldError("metadata.uid", "FieldValueInvalid", f'Invalid value: "{uid}": field is immutable'))
+    return errors + [e for e in check_metadata(new_meta) if e.field in ("metadata.labels", "metadata.annotations")]
 
 
 def check_no_new_finalizers(old_meta: dict[str, Any], new_meta: dict[str, Any]) -> list[FieldError]:
@@ -328,7 +554,7 @@ def _check_reserved_for(reserved: Any, version: str) -> list[FieldError]:
         uid = entry.get("uid")
         if isinstance(uid, str) and uid:
             if uid in seen:
-                errors.append(FieldError(f"{epath}.uid", "FieldValueDuplicate", f'Duplicate value: "{uid}"'))
+                errors.append(FieldError(epath, "FieldValueDuplicate", f'Duplicate value: "{uid}"'))
             seen.add(uid)
     return errors
 
@@ -373,7 +599,7 @@ def check_claim_status(old: dict[str, Any], status: Any, *, version: str = "v1")
     old_status = old.get("status") or {}
     old_allocation = old_status.get("allocation")
     classic = version == CLASSIC_VERSION
-    if allocation is not None:
+    if allocation is not None and old_allocation is None:  # a set allocation is only checked for immutability
         errors.extend(_check_allocation(old, allocation))
         if classic and isinstance(allocation, dict) and allocation.get("controller") not in (None, ""):
             errors.extend(check_driver_name(allocation["controller"], "status.allocation.controller"))
