@@ -7,6 +7,7 @@ Run from the repository root::
     python -m bench.pipeline --claims template --controller-delay 0.05 --latency 0.01
     python -m bench.pipeline --tie-break worst --binds-in-flight 16 --latency 0.01 --json out.json
     python -m bench.pipeline --quick                          # tiny sizes; the CI smoke run
+    python -m bench.pipeline --scheduler real --sizes 500     # the real kube-scheduler (bench/real_scheduler.py)
 
 Each run builds a cluster with ``bench.cluster_gen`` (GPU nodes; pods of one claim shape, all with
 template claims or all with direct claims; every pod fits) and drives the real service with
@@ -962,6 +963,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--devices", type=int, default=10, help="GPUs per node (default 10)")
     parser.add_argument("--pods", type=int, default=1000, help="pods per run (default 1000)")
     parser.add_argument("--backends", type=_names(("kube", "embedded")), default=["kube"])
+    parser.add_argument(
+        "--scheduler",
+        choices=("model", "real"),
+        default="model",
+        help="model: bench/scheduler_model.py (default); real: the real kube-scheduler, in-tree and extender "
+        "profiles side by side on a real control plane (KUBEBUILDER_ASSETS; bench/real_scheduler.py)",
+    )
     parser.add_argument("--claims", type=_names(("direct", "template")), default=["direct"])
     parser.add_argument("--shapes", type=_names(("one-gpu", "two-gpus")), default=["one-gpu"])
     parser.add_argument("--latency", type=float, default=0.005, help="API latency per request, s (default 0.005)")
@@ -991,6 +999,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.scheduler == "real":
+        from bench import real_scheduler
+
+        return real_scheduler.run(args)
     if args.in_process:
         from extender.logconfig import configure_logging
 

@@ -1,0 +1,51 @@
+"""Smoke test of ``python -m bench.pipeline --scheduler real`` (``bench/real_scheduler.py``): a tiny
+cluster on a real control plane, the in-tree and the extender profile side by side. It needs the
+binaries (``KUBEBUILDER_ASSETS``, docs/testing.md) and skips with the reason without them. Counts
+and correctness are checked; timings never are."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.controlplane.assets import AssetsMissing, find_assets
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def binaries() -> None:
+    try:
+        find_assets()
+    except AssetsMissing as exc:
+        pytest.skip(f"real-scheduler benchmark: {exc}")
+
+
+def test_a_tiny_real_scheduler_run_binds_every_pod_in_both_profiles(tmp_path: Path) -> None:
+    out_file = tmp_path / "real.json"
+    command = [sys.executable, "-m", "bench.pipeline", "--scheduler", "real", "--sizes", "5", "--devices", "2"]
+    command += ["--pods", "6", "--claims", "direct,template", "--json", str(out_file)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| workload | in-tree pods/s | extender pods/s | ratio |" in done.stdout
+    assert "| 5 nodes, direct claims (6 pods) |" in done.stdout
+    assert "| 5 nodes, template claims (6 pods) |" in done.stdout
+    document = json.loads(out_file.read_text())
+    assert document["scheduler"] == "real"
+    runs = document["results"]
+    assert [(r["profile"], r["workload"]["claims"]) for r in runs] == [
+        ("in-tree", "direct"),
+        ("extender", "direct"),
+        ("in-tree", "template"),
+        ("extender", "template"),
+    ]
+    for r in runs:
+        assert r["bound"] == r["pods"] == 6, r
+        assert r["problems"] == [], r["problems"]
+        assert r["attempts"].get("scheduled") == 6, r["attempts"]
+        assert r["cpu_s"]["kube-apiserver"] >= 0 and "kube-scheduler" in r["cpu_s"]
+        assert ("dra-extender" in r["cpu_s"]) == (r["profile"] == "extender")
