@@ -651,6 +651,7 @@ class Bench:
             cpu = {p: cpu_seconds(pid) - before[p] for p, pid in pids.items()}
             client_cpu = time.process_time() - marks["client"]
             machine = machine_busy_seconds() - marks["machine"]
+            cpu_window = max(1e-9, time.monotonic() - seen.first_post)  # a little past the last bind
             load_after = _loadavg()
             samples = scheduler_metrics(port, self.cert, self.key)
             verbs: dict[str, float] = {}
@@ -679,7 +680,6 @@ class Bench:
         cpu_ms["total"] = round(sum(cpu_ms[p] for p in PROCESSES), 2)
         cpu_ms[CLIENT] = round(1000 * client_cpu / per_pod, 2)
         ours = sum(cpu.values()) + client_cpu
-        measured_s = max(1e-9, time.monotonic() - seen.first_post)  # the CPU window ran a little past `end`
         problems = verify(admin, namespace, len(made["Pod"]))
         if problems:
             # the evidence, kept with the components' logs: the namespace's pods and claims as they
@@ -713,7 +713,7 @@ class Bench:
             failed_scheduling_messages=dict(events.most_common(5)),
             cpu_s={**{p: round(v, 2) for p, v in cpu.items()}, CLIENT: round(client_cpu, 2)},
             cpu_ms_per_pod=cpu_ms,
-            other_load_cores=round(max(0.0, machine - ours) / measured_s, 2),
+            other_load_cores=round(max(0.0, machine - ours) / cpu_window, 2),
             loadavg_before=round(marks.get("load", 0.0), 2),
             loadavg_after=round(load_after, 2),
             problems=problems,
