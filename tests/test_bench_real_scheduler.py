@@ -12,17 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.controlplane.assets import AssetsMissing, find_assets
+from tests.controlplane.assets import assets_or_skip
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def binaries() -> None:
-    try:
-        find_assets()
-    except AssetsMissing as exc:
-        pytest.skip(f"real-scheduler benchmark: {exc}")
+    assets_or_skip("real-scheduler benchmark")
 
 
 def test_a_tiny_real_scheduler_run_binds_every_pod_in_both_profiles(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["BINARIES", "ENV", "Assets", "AssetsMissing", "find_assets", "unpack"]
+__all__ = ["BINARIES", "ENV", "Assets", "AssetsMissing", "assets_or_skip", "find_assets", "unpack"]
 
 ENV = "KUBEBUILDER_ASSETS"
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
@@ -50,6 +50,17 @@ def find_assets(environ: dict[str, str] | None = None) -> Assets:
     if missing:
         raise AssetsMissing(f"{ENV}={folder} lacks executable {', '.join(missing)}")
     return Assets(folder)
+
+
+def assets_or_skip(what: str) -> Assets:
+    """``find_assets()``, or skip the calling test (or fixture) with ``what`` and the reason, printed
+    by ``pytest -rs``: the tiers that need the binaries say why they did not run."""
+    try:
+        return find_assets()
+    except AssetsMissing as exc:
+        import pytest  # only tests call this; the unpacking CLI does not need pytest
+
+        pytest.skip(f"{what}: {exc}")
 
 
 def _sums(source: Path) -> dict[str, str]:

@@ -130,8 +130,7 @@ class ControlPlane:
         try:
             self.pki = make_pki(self.folder / "pki")
             self._start_etcd()
-            self._start_apiserver()
-            self.admin = self.api_as("admin", "admin", "system:masters")
+            self._start_apiserver()  # and self.admin, its cluster-admin client
             if self.options.controller_manager:
                 self._start_controller_manager()
         except BaseException:
@@ -236,9 +235,8 @@ class ControlPlane:
                 *options.apiserver_args,
             ],
         )  # fmt: skip
-        admin = pki.client("admin", "admin", "system:masters")
-        probe = Api(self.server, pki.ca.pair.cert, admin.cert, admin.key, timeout=5)
-        self._wait_healthy(process, lambda: probe.text("/readyz") == "ok", what="/readyz")
+        self.admin = self.api_as("admin", "admin", "system:masters")
+        self._wait_healthy(process, lambda: self.admin.text("/readyz") == "ok", what="/readyz")
 
     def _start_controller_manager(self) -> None:
         assert self.pki is not None

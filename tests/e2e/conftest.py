@@ -9,18 +9,14 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.controlplane.assets import AssetsMissing, find_assets
+from tests.controlplane.assets import assets_or_skip
 from tests.controlplane.cluster import ControlPlane
 from tests.e2e.harness import Deployment, Pair, Scenario
 
 
 @pytest.fixture(scope="session")
 def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    try:
-        assets = find_assets()
-    except AssetsMissing as exc:
-        pytest.skip(f"end-to-end tier: {exc}")
-    plane = ControlPlane(assets, tmp_path_factory.mktemp("control-plane"))
+    plane = ControlPlane(assets_or_skip("end-to-end tier"), tmp_path_factory.mktemp("control-plane"))
     with plane:
         yield plane
 

@@ -47,7 +47,7 @@ import aiohttp
 import orjson
 import pytest
 
-from tests.controlplane.assets import AssetsMissing, find_assets
+from tests.controlplane.assets import assets_or_skip
 from tests.controlplane.cluster import ControlPlane, Options
 
 from .apiserver import FakeApiServer
@@ -79,11 +79,11 @@ class Real:
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Real]:
-    try:
-        assets = find_assets()
-    except AssetsMissing as exc:
-        pytest.skip(f"differential test of the fake apiserver: {exc}")
-    plane = ControlPlane(assets, tmp_path_factory.mktemp("differential"), Options(controller_manager=False))
+    plane = ControlPlane(
+        assets_or_skip("differential test of the fake apiserver"),
+        tmp_path_factory.mktemp("differential"),
+        Options(controller_manager=False),
+    )
     with plane:
         assert plane.pki is not None
         pair = plane.client_pair("admin", "admin", "system:masters")

@@ -26,7 +26,6 @@ import asyncio
 import os
 import shutil
 import ssl
-import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -43,6 +42,7 @@ from extender.backends.kube.errors import CredentialsUnavailable
 from extender.server import create_app
 from extender.state.service import SchedulingService
 from tests import manifests as m
+from tests.controlplane.pki import Authority
 from tests.fakes import FakeApiServer
 
 from .test_backend import until
@@ -160,24 +160,15 @@ async def test_start_without_credentials_says_none_were_sent(fake: FakeApiServer
 # --- in-cluster, over TLS --------------------------------------------------------------------------
 
 
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A cluster CA and an API server certificate for 127.0.0.1 signed by it."""
-    if shutil.which("openssl") is None:
-        pytest.skip("openssl command not available")
-    d = tmp_path_factory.mktemp("pki")
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=cluster-ca",
-             "-keyout", "ca.key", "-out", "ca.crt", cwd=d)  # fmt: skip
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:kubernetes.default.svc\n")
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=kube-apiserver",
-             "-keyout", "server.key", "-out", "server.csr", cwd=d)  # fmt: skip
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-             "-days", "2", "-extfile", "san.ext", "-out", "server.crt", cwd=d)  # fmt: skip
-    return d
+    """A cluster CA (``ca.crt``) and an API server certificate for 127.0.0.1 signed by it
+    (``server.crt``/``server.key``): the control-plane tier's PKI maker."""
+    folder = tmp_path_factory.mktemp("pki")
+    Authority(folder, "ca", "cluster-ca").issue(
+        "server", "kube-apiserver", server=True, hosts=("127.0.0.1", "kubernetes.default.svc")
+    )
+    return folder
 
 
 async def test_in_cluster_over_tls_follows_token_rotation(
