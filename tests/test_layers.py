@@ -16,9 +16,7 @@ from pathlib import Path
 
 import extender.core
 
-CORE_MODULES = sorted(
-    info.name for info in pkgutil.walk_packages(extender.core.__path__, prefix="extender.core.")
-)
+CORE_MODULES = sorted(info.name for info in pkgutil.walk_packages(extender.core.__path__, prefix="extender.core."))
 
 
 def test_core_imports_no_io_or_async_libraries() -> None:

@@ -115,9 +115,7 @@ def taint_blocks(taints: Iterable[DeviceTaint], tolerations: Sequence[DeviceTole
 # --- results --------------------------------------------------------------------------------
 
 
-_Built = tuple[
-    tuple[AllocationResult, ...], tuple[tuple[Device, ...], ...], tuple[tuple[int | None, ...], ...]
-]
+_Built = tuple[tuple[AllocationResult, ...], tuple[tuple[Device, ...], ...], tuple[tuple[int | None, ...], ...]]
 
 
 class Allocation:
@@ -365,8 +363,8 @@ class Allocator:
         self.snapshot = snapshot
         self.allocated = allocated if allocated is not None else AllocatedState()
         self.features = features
-        self.selectors = selectors if selectors is not None else SelectorCache(
-            consumable_capacity=features.consumable_capacity
+        self.selectors = (
+            selectors if selectors is not None else SelectorCache(consumable_capacity=features.consumable_capacity)
         )
         self.search_steps = 0
         self.shortcuts = shortcuts
@@ -1227,8 +1225,7 @@ class _Search:
         """Per claim, per request: the firstAvailable index chosen, else None."""
         return tuple(
             tuple(
-                self.chosen.get((c, r)) if request.first_available else None
-                for r, request in enumerate(claim.requests)
+                self.chosen.get((c, r)) if request.first_available else None for r, request in enumerate(claim.requests)
             )
             for c, claim in enumerate(self.claims)
         )
@@ -1258,8 +1255,7 @@ class _Search:
                 for p in picks
             )
             claim_chosen = tuple(
-                self.chosen.get((c, r)) if request.first_available else None
-                for r, request in enumerate(claim.requests)
+                self.chosen.get((c, r)) if request.first_available else None for r, request in enumerate(claim.requests)
             )
             results.append(
                 AllocationResult(

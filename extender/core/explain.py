@@ -286,9 +286,7 @@ def explain_node(
     )
 
 
-def _gather_pools(
-    snapshot: SliceSnapshot, node: NodeInfo, features: Features
-) -> tuple[tuple[Pool, ...], str | None]:
+def _gather_pools(snapshot: SliceSnapshot, node: NodeInfo, features: Features) -> tuple[tuple[Pool, ...], str | None]:
     try:
         return snapshot.pools_for(node, features), None
     except PoolNodeSelectionError as exc:
@@ -310,9 +308,7 @@ def _pool_explanation(pool: Pool) -> PoolExplanation:
     return PoolExplanation(driver=pool.driver, pool=pool.name, status="ok", devices=len(pool.entries))
 
 
-def _detail(
-    error: str | None, claims: Sequence[ClaimExplanation], pools: Sequence[Pool], node_note: str
-) -> str:
+def _detail(error: str | None, claims: Sequence[ClaimExplanation], pools: Sequence[Pool], node_note: str) -> str:
     """The first cause, most specific first."""
     if error is not None:
         return error
@@ -384,9 +380,7 @@ class _Counter:
                 requests.append(self.request(c, r, None, request.name, request.exactly))
             else:
                 requests.append(
-                    _failed(
-                        request.name, "", "unsupported request type (neither exactly nor firstAvailable set)"
-                    )
+                    _failed(request.name, "", "unsupported request type (neither exactly nor firstAvailable set)")
                 )
         first_problem = next((r for r in requests if not r.fits), None)
         constraints = tuple(
@@ -399,9 +393,7 @@ class _Counter:
             for i, constraint in enumerate(claim.constraints)
         )
         message = f"request {first_problem.request}: {first_problem.message}" if first_problem else ""
-        return ClaimExplanation(
-            claim=claim.key, requests=tuple(requests), constraints=constraints, message=message
-        )
+        return ClaimExplanation(claim=claim.key, requests=tuple(requests), constraints=constraints, message=message)
 
     def request(self, c: int, r: int, s: int | None, label: str, spec: ExactRequest) -> RequestExplanation:
         try:

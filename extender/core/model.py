@@ -68,7 +68,6 @@ CONFIG_SOURCE_CLAIM = "FromClaim"
 MAX_DEVICES_PER_CLAIM = 32
 
 
-
 @dataclass(frozen=True, slots=True)
 class UnparsedVersion:
     """A ``version`` attribute whose text is not strict semver (added by helper CONV).
@@ -134,6 +133,9 @@ class NodeInfo:
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
+    #: ``status.allocatable``'s extended resources (name -> whole units): a node advertising one
+    #: serves it with a device plugin, not with DRA (``extender.core.extended``).
+    allocatable: Mapping[str, int] = field(default_factory=dict)
 
 
 # --- ResourceSlice --------------------------------------------------------------------------
@@ -257,6 +259,9 @@ class DeviceClass:
     config: tuple[OpaqueConfig, ...] = ()
     extended_resource_name: str | None = None
     resource_version: str = ""
+    #: ``metadata.creationTimestamp`` (RFC 3339): of two classes mapping one extended resource name,
+    #: the newer serves it.
+    creation_timestamp: str = ""
     #: v1alpha3: the nodes classic claims of this class may be allocated for (None: any).
     suitable_nodes: NodeSelector | None = None
 

@@ -181,8 +181,6 @@ def _pods_of(snapshot: Snapshot, claim_keys: Iterable[str]) -> list[str]:
     return sorted(set(pods))
 
 
-
-
 def _name(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace")

@@ -107,6 +107,25 @@ class Backend(Protocol):
         """Set a pod's ``status.nominatedNodeName`` (as kube-scheduler does for a preemptor)."""
         ...
 
+    @property
+    def claim_api_version(self) -> str:
+        """The resource.k8s.io version claims are created in (``create_claim``)."""
+        ...
+
+    async def create_claim(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Create a ResourceClaim (``metadata.generateName`` names it); returns it as stored."""
+        ...
+
+    async def remove_claim(self, namespace: str, name: str, uid: str) -> None:
+        """Delete a ResourceClaim if it still has ``uid``; ObjectNotFound if absent,
+        WriteConflict if another claim has the name now."""
+        ...
+
+    async def patch_pod_status(self, namespace: str, name: str, uid: str, status: dict[str, Any]) -> None:
+        """Merge ``status`` into the status of the pod with ``uid`` (a JSON merge patch of
+        ``pods/status``): ObjectNotFound if gone, WriteConflict if re-created."""
+        ...
+
     def record_event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str) -> None:
         """Record an Event on a pod, in the background (failures are logged, never raised)."""
         ...

@@ -44,12 +44,14 @@ from extender.core.errors import (
     Transient,
     WriteConflict,
 )
+from extender.core.extended import CANNOT_FIT_RESOURCE
 from extender.core.model import AllocationResult
 from extender.state import cooperative
 from extender.state.claim_writes import Written, roll_back, write_allocation, write_reservation
 from extender.state.claims import PodClaims, pod_identity, reserved_for
 from extender.state.classic import ClassicNegotiator
 from extender.state.cluster import ClusterView
+from extender.state.extended_writes import create_extended_claim, record_extended_status
 from extender.state.holds import Holds, record
 from extender.state.stats import ServiceStats
 
@@ -224,10 +226,18 @@ class Binder:
                 return None
             raise WriteConflict(f'pod "{namespace}/{name}" is already bound to node {bound_to}')
         self.holds.release(uid, bound_to=node_name)
-        claims = self.cluster.claims(pod)
+        claims = self._on_node(self.cluster.claims(pod), node_name)
         if claims.classic:
             self.classic.check_node(claims, node_name)
         return _Decision(pod, node_name, claims, self._allocate(claims, node_name))
+
+    def _on_node(self, claims: PodClaims, node_name: str) -> PodClaims:
+        """The claims as they are on the chosen node (``PodClaims.on_node``: extended resources
+        the node serves with a device plugin are not the claim's)."""
+        on_node = claims.on_node(self.store.node(node_name))
+        if on_node is None:
+            raise DoesNotFit(f"node {node_name} no longer fits the pod: {CANNOT_FIT_RESOURCE}", node=node_name)
+        return on_node
 
     def _allocate(self, claims: PodClaims, node_name: str) -> tuple[AllocationResult, ...]:
         """The allocation on the chosen node, recorded in the ledger. A search that let others run
@@ -279,7 +289,7 @@ class Binder:
                     # the copy bind has; a pod deleted or re-created meanwhile runs into the
                     # deadline or, later, the binding's UID precondition
                     pod = decision.pod
-                claims = self.cluster.claims(pod)
+                claims = self._on_node(self.cluster.claims(pod), decision.node)
                 if not claims.provisional:
                     break
                 remaining = deadline - loop.time()
@@ -316,6 +326,7 @@ class Binder:
         """The provisional entries give their devices back, the real claims get their own."""
         for claim in decision.claims.to_allocate:
             self.ledger.drop(claim.key, pod_uid=decision.claims.pod_uid)
+        claims = self._on_node(claims, decision.node)
         return _Decision(pod, decision.node, claims, self._allocate(claims, decision.node))
 
     def _claim_or_pod_changed(self, kind: str, key: str) -> None:
@@ -352,10 +363,19 @@ class Binder:
                         record_ = Written(claim.key)
                         written.append(record_)
                         if claim.key in results:
-                            await write_allocation(self.backend, self.store, claim, results[claim.key], pod, record_)
+                            result = results[claim.key]
+                            if claims.extended_new and claim.key == claims.extended_key:
+                                claim = await create_extended_claim(
+                                    self.backend, self.ledger, claims, claim, result, pod, decision.node, record_
+                                )
+                            await write_allocation(self.backend, self.store, claim, result, pod, record_)
                             self.stats.allocations += 1
                         elif not reserved_for(claim, uid):
                             await write_reservation(self.backend, self.store, claim, pod, record_)
+                        if claims.extended is not None and claim.key in (claims.extended_key, record_.claim_key):
+                            await record_extended_status(
+                                self.backend, pod, claims, claim.name, self.store.node(decision.node)
+                            )
                     step = "the binding"
                     await self._bind_pod(namespace, name, uid, decision.node, deadline)
             except TimeoutError:
@@ -380,6 +400,9 @@ class Binder:
         except Exception:
             if not keep_writes:
                 await self._roll_back(written, uid, deadline)
+                for record_ in written:
+                    if record_.created:  # its entry moved to the created claim's key
+                        self.ledger.drop(record_.claim_key, pod_uid=uid)
             raise
 
     async def _bind_pod(self, namespace: str, name: str, uid: str, node: str, deadline: float) -> None:

@@ -47,9 +47,11 @@ __all__ = [
     "WRITE_ATTEMPTS",
     "Written",
     "deallocate",
+    "delete_claim",
     "json_copy",
     "retry_on_conflict",
     "roll_back",
+    "sent",
     "write_allocation",
     "write_reservation",
 ]
@@ -87,13 +89,17 @@ class Written:
     added_finalizer: bool = False
     set_allocation: bool = False
     added_reservation: bool = False
+    #: The bind created the claim (a pod's extended-resource claim): the undo deletes it.
+    created: bool = False
+    #: Its UID once the API server answered the create (the delete's precondition).
+    created_uid: str = ""
 
     @property
     def wrote(self) -> bool:
-        return self.added_finalizer or self.set_allocation or self.added_reservation
+        return self.added_finalizer or self.set_allocation or self.added_reservation or self.created
 
 
-async def _sent(write: Awaitable[T], record: Written, *flags: str) -> T:
+async def sent(write: Awaitable[T], record: Written, *flags: str) -> T:
     """``await write`` with ``flags`` of ``record`` already set: a write whose answer is lost may
     have been made, and the undo must look. A write that certainly was not made (``_not_made``)
     has its flags put back, else the undo could remove what another writer put there (a
@@ -155,7 +161,7 @@ async def write_allocation(
             # write that was made; the undo checks the claim as it is, so a write never made
             # costs a read, and one made is never left behind.
             record.added_finalizer = True
-            raw = await _sent(backend.update_claim(raw), record, "added_finalizer")
+            raw = await sent(backend.update_claim(raw), record, "added_finalizer")
             status = raw.setdefault("status", {})
         allocation = encode_allocation_result(result, str(raw.get("apiVersion") or claim.api_version))
         allocation["allocationTimestamp"] = utc_now_text()
@@ -163,7 +169,7 @@ async def write_allocation(
         status.setdefault("reservedFor", []).append({"resource": "pods", "name": name, "uid": uid})
         record.set_allocation = True
         record.added_reservation = True
-        await _sent(backend.update_claim_status(raw), record, "set_allocation", "added_reservation")
+        await sent(backend.update_claim_status(raw), record, "set_allocation", "added_reservation")
 
     await retry_on_conflict(step, what=f"add allocation and reservation to claim {claim.key}", claim=claim.key)
 
@@ -185,7 +191,7 @@ async def write_reservation(
         consumers.append({"resource": "pods", "name": name, "uid": uid})
         record.added_reservation = True  # before the request, as in ``write_allocation``
         # The allocation goes back exactly as stored: the API server rejects any change.
-        await _sent(backend.update_claim_status(raw), record, "added_reservation")
+        await sent(backend.update_claim_status(raw), record, "added_reservation")
 
     await retry_on_conflict(step, what=f"add reservation to claim {claim.key}", claim=claim.key)
 
@@ -215,6 +221,9 @@ def _undo_step(backend: Backend, record: Written, uid: str) -> Callable[[int], A
 
 async def _undo(backend: Backend, record: Written, uid: str) -> None:
     namespace, _, name = record.claim_key.partition("/")
+    if record.created:
+        await _undo_create(backend, record)
+        return
     raw = await backend.get_claim(namespace, name)
     status = raw.setdefault("status", {})
     consumers = status.get("reservedFor") or []
@@ -231,6 +240,33 @@ async def _undo(backend: Backend, record: Written, uid: str) -> None:
         if DELETE_PROTECTION_FINALIZER in finalizers:
             raw["metadata"]["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
             await backend.update_claim(raw)
+
+
+async def _undo_create(backend: Backend, record: Written) -> None:
+    """Delete a claim the bind created (as upstream's Unreserve deletes the extended-resource
+    claim): its finalizer off first, then the claim, both only while it has the UID it was created
+    with. A create whose answer was lost left no name to delete: the pod's next filter finds the
+    claim by its owner and deletes it (``stale_extended_claim``)."""
+    if not record.created_uid:
+        return
+    namespace, _, name = record.claim_key.partition("/")
+    raw = await backend.get_claim(namespace, name)
+    meta = raw.get("metadata") or {}
+    if meta.get("uid") != record.created_uid:
+        return  # gone, and the name taken by another claim since
+    await delete_claim(backend, raw)
+
+
+async def delete_claim(backend: Backend, raw: dict[str, Any]) -> None:
+    """Remove the delete-protection finalizer of the claim ``raw`` (an update) and delete it, with
+    its UID as precondition (upstream's ``deleteClaim``)."""
+    meta = raw.get("metadata") or {}
+    finalizers = meta.get("finalizers") or []
+    if DELETE_PROTECTION_FINALIZER in finalizers:
+        meta["finalizers"] = [f for f in finalizers if f != DELETE_PROTECTION_FINALIZER]
+        raw = await backend.update_claim(raw)
+    meta = raw.get("metadata") or {}
+    await backend.remove_claim(str(meta.get("namespace") or "default"), str(meta.get("name")), str(meta.get("uid")))
 
 
 async def deallocate(backend: Backend, claim: ResourceClaim, pod_uid: str) -> None:

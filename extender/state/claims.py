@@ -27,18 +27,27 @@ from typing import Any
 from extender.core.answers import CLASSIC_NOT_SUPPORTED
 from extender.core.classic import PendingClassic, check_context_owner, pending_classic
 from extender.core.errors import ClaimNotCreated, PodUnschedulable, Transient
-from extender.core.model import ResourceClaim
+from extender.core.extended import (
+    CANNOT_SCHEDULE_EXTENDED_CLAIM,
+    ExtendedDemand,
+    pod_demand,
+    requests_and_mappings,
+    special_claim,
+)
+from extender.core.model import NodeInfo, ResourceClaim
 from extender.state.ledger import InFlightLedger
 from extender.state.store import ObjectStore
 
 __all__ = [
     "MAX_CONSUMERS",
     "PodClaims",
+    "extended_provisional_key",
     "pod_identity",
     "pod_priority",
     "provisional_key",
     "reserved_for",
     "resolve_pod_claims",
+    "stale_extended_claim",
 ]
 
 #: ResourceClaimReservedForMaxSize.
@@ -63,6 +72,44 @@ class PodClaims:
     classic: list[PendingClassic] = field(default_factory=list)
     #: The pod's ``spec.priority`` (admission resolved its PriorityClass; 0 when unset).
     priority: int = 0
+    #: What the pod asks for through extended resources a DeviceClass maps (KEP-5004); None for
+    #: nearly every pod.
+    extended: ExtendedDemand | None = None
+    #: The key of the claim for those, in ``all``: the claim bind has made (``extended_claim``), or
+    #: the claim bind will make, last in ``to_allocate``, under a key no real claim has
+    #: (``extended_new``). "" when the pod has no such claim (on this node).
+    extended_key: str = ""
+    extended_new: bool = False
+
+    def in_flight_only(self, key: str) -> bool:
+        """Whether the claim of ``key`` exists in no store yet (made from a template, or the
+        extended-resource claim bind will make): its ledger entry waits for bind, not the watch."""
+        return key in self.provisional or (self.extended_new and key == self.extended_key)
+
+    def on_node(self, node: NodeInfo) -> PodClaims | None:
+        """The claims as they are on ``node``: the same, but where the node advertises some of the
+        pod's extended resources itself (its device plugin serves them, DRA the others); None when
+        the node can never run the pod (it lacks an extended resource no DeviceClass maps)."""
+        demand = self.extended
+        if demand is None or not self.extended_new:
+            return self
+        if not demand.touches(node.allocatable):
+            return self if demand.unmapped_ok() else None
+        served = demand.on_node(node.allocatable)
+        if served is None:
+            return None
+        if served == demand.all_served():
+            return self
+        special = self.all[-1]
+        variant = dataclasses.replace(self, all=self.all[:-1], to_allocate=self.to_allocate[:-1])
+        if served:
+            requests, _ = requests_and_mappings(demand, served)
+            claim = dataclasses.replace(special, requests=requests)
+            variant.all.append(claim)
+            variant.to_allocate.append(claim)
+        else:
+            variant.extended_key, variant.extended_new = "", False
+        return variant
 
 
 def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -134,6 +181,52 @@ def _check_classic(claim: ResourceClaim, classic_dra: str | None) -> bool:
         + (f"which cannot be driven here: {classic_dra})" if classic_dra else "which this extender does not drive)"),
         claim=claim.key,
     )
+
+
+def extended_provisional_key(namespace: str, pod_name: str, pod_uid: str) -> str:
+    """The key of a pod's extended-resource claim before bind creates it (see ``provisional_key``)."""
+    return f"{namespace}/{pod_name}-extended-resources (pod {pod_uid}, not created yet)"
+
+
+def _add_extended(
+    store: ObjectStore, ledger: InFlightLedger, result: PodClaims, demand: ExtendedDemand, namespace: str, name: str
+) -> None:
+    """The pod's extended-resource claim, last: the one an earlier bind made, else the one bind
+    will make (every mapped resource; ``PodClaims.on_node`` narrows it for nodes that advertise
+    some). A claim an earlier attempt made that is not allocated for this pod is stale: the pod
+    cannot be scheduled until it is deleted (``stale_extended_claim``)."""
+    result.extended = demand
+    key = store.extended_claims.get(result.pod_uid)
+    if key is not None:
+        claim = store.claims.get(key)
+        if claim is not None and claim.allocation is not None and reserved_for(claim, result.pod_uid):
+            # a bind whose binding went unanswered kept it: the pod's next attempt goes where it is
+            result.all.append(claim)
+            result.allocated.append(claim)
+            result.extended_key = key
+            return
+        raise Transient(CANNOT_SCHEDULE_EXTENDED_CLAIM, claim=key)
+    special_key = extended_provisional_key(namespace, name, result.pod_uid)
+    in_flight = ledger.get(special_key)
+    if in_flight is not None and in_flight.pod_uid != result.pod_uid:  # pragma: no cover - keys carry the UID
+        raise Transient(f"resource claim {special_key} is in the process of being allocated")
+    requests, _ = requests_and_mappings(demand, demand.all_served())
+    claim = special_claim(namespace, special_key.partition("/")[2], requests)
+    result.all.append(claim)
+    result.to_allocate.append(claim)
+    result.extended_key, result.extended_new = special_key, True
+
+
+def stale_extended_claim(pod: Mapping[str, Any], store: ObjectStore) -> ResourceClaim | None:
+    """The extended-resource claim an earlier attempt of the pod left that is not allocated and
+    reserved for it (a bind that ended before it could clean up), or None. Like the in-tree
+    plugin's PostFilter, the extender deletes it so that the next attempt makes a new one."""
+    uid = pod_identity(pod)[2]
+    key = store.extended_claims.get(uid)
+    claim = None if key is None else store.claims.get(key)
+    if claim is None or (claim.allocation is not None and reserved_for(claim, uid)):
+        return None
+    return claim
 
 
 def resolve_pod_claims(
@@ -213,4 +306,7 @@ def resolve_pod_claims(
         if in_flight is not None and in_flight.pod_uid != uid:
             raise Transient(f"resource claim {key} is in the process of being allocated", claim=key)
         result.to_allocate.append(claim)
+    demand = pod_demand(pod, store.extended_classes)
+    if demand is not None:
+        _add_extended(store, ledger, result, demand, namespace, name)
     return result

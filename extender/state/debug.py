@@ -298,5 +298,3 @@ def _classic_verdict(entry: PendingClassic, node: NodeInfo, potential: frozenset
     if node.name in potential:
         return CLASSIC_SUITABLE, "the driver did not list the node as unsuitable"
     return CLASSIC_NOT_ASKED, "not among the published potentialNodes: the driver was not asked about the node yet"
-
-

@@ -336,8 +336,6 @@ def _taint_json(device: Device) -> list[dict[str, str]]:
     return [{"key": t.key, "value": t.value, "effect": t.effect} for t in device.taints]
 
 
-
-
 def _unique(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(values))
 

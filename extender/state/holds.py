@@ -32,9 +32,7 @@ class Holds:
     """Places and settles the holds; see the module docstring. ``binding`` holds the UIDs of pods
     whose bind is running: those get no hold (their bind's own entries hold their devices)."""
 
-    def __init__(
-        self, cluster: ClusterView, stats: ServiceStats, *, seconds: float, binding: Container[str]
-    ) -> None:
+    def __init__(self, cluster: ClusterView, stats: ServiceStats, *, seconds: float, binding: Container[str]) -> None:
         self.cluster = cluster
         self.ledger = cluster.ledger
         self.stats = stats
@@ -51,6 +49,11 @@ class Holds:
         where they are plain devices, else a fresh allocation's."""
         if not self.enabled or not claims.to_allocate or claims.pod_uid in self.binding:
             return
+        if claims.extended_new:
+            node_claims = claims.on_node(self.cluster.store.node(node_name))  # the verdict's claims there
+            if node_claims is None or not node_claims.to_allocate:
+                return
+            claims = node_claims
         results = _held_devices(verdict) if isinstance(verdict, Allocation) else None
         if results is None:
             search = self.cluster.watched_search((node_name,))
@@ -102,7 +105,7 @@ def record(
             node=node_name,
             result=result,
             tentative=tentative,
-            provisional=claim.key in claims.provisional,
+            provisional=claims.in_flight_only(claim.key),
             ttl_seconds=ttl_seconds,
         )
 

@@ -340,8 +340,6 @@ class _NodeSearch:
         return Victim(namespace, name, uid, pod_priority(raw), str((raw.get("status") or {}).get("startTime") or ""))
 
 
-
-
 class _Located:
     """The pods on nodes, by UID (with their node), and per node the UIDs of those going anyway
     (deleted or finished: their claims are freed for free, and they are never named; §2.6 ``T(N)``)."""

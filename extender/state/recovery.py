@@ -12,14 +12,14 @@ import structlog
 
 from extender.core.allocator import Allocator
 from extender.core.answers import Unresolvable
-from extender.core.errors import ExtenderError
+from extender.core.errors import ExtenderError, ObjectNotFound
 from extender.core.model import ResourceClaim
-from extender.state.claim_writes import deallocate
+from extender.state.claim_writes import deallocate, delete_claim
 from extender.state.claims import pod_identity
 from extender.state.classic import ClassicNegotiator
 from extender.state.cluster import ClusterView
 
-__all__ = ["deallocate_claim", "stuck_claim"]
+__all__ = ["deallocate_claim", "delete_stale_claim", "stuck_claim"]
 
 log = structlog.get_logger()
 
@@ -62,4 +62,22 @@ async def deallocate_claim(
         log.warning("filter.deallocation_failed", claim=claim.key, reason=exc.reason)
         return False
     log.info("filter.deallocated", pod=pod_identity(pod)[1], claim=claim.key)
+    return True
+
+
+async def delete_stale_claim(cluster: ClusterView, claim: ResourceClaim) -> bool:
+    """Delete a pod's extended-resource claim an earlier attempt left (``stale_extended_claim``),
+    as upstream's PostFilter does: finalizer off, then the claim, while it has the UID seen. False
+    if a write failed (logged); a claim gone already counts as deleted."""
+    try:
+        raw = await cluster.backend.get_claim(claim.namespace, claim.name)
+        if claim.uid and (raw.get("metadata") or {}).get("uid") != claim.uid:
+            return True  # deleted, and the name taken since
+        await delete_claim(cluster.backend, raw)
+    except ObjectNotFound:
+        return True
+    except ExtenderError as exc:
+        log.warning("extended_claim.delete_failed", claim=claim.key, reason=exc.reason)
+        return False
+    log.info("extended_claim.deleted", claim=claim.key)
     return True

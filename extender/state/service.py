@@ -31,13 +31,14 @@ from extender.core.answers import NOT_SYNCED
 from extender.core.budget import DEFAULT_FILTER_TIMEOUT_SECONDS
 from extender.core.cel import CelCompileError
 from extender.core.errors import ExtenderError, NotSynced, PodUnschedulable
+from extender.core.extended import CANNOT_SCHEDULE_EXTENDED_CLAIM
 from extender.core.model import Features
 from extender.core.scoring import TOPOLOGY, ScoringPolicy, scores_by_value
 from extender.state import cooperative
 from extender.state.backend import Backend
 from extender.state.binding import DEFAULT_BIND_DEADLINE_SECONDS, DEFAULT_CLAIM_WAIT_SECONDS, Binder, ledger_ttl
 from extender.state.claim_writes import DELETE_PROTECTION_FINALIZER
-from extender.state.claims import PodClaims, pod_identity
+from extender.state.claims import PodClaims, pod_identity, stale_extended_claim
 from extender.state.classic import ClassicNegotiator
 from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
@@ -45,7 +46,7 @@ from extender.state.holds import DEFAULT_HOLD_SECONDS, Holds, one_best
 from extender.state.ledger import InFlightLedger
 from extender.state.preempt_verb import DEFAULT_PREEMPT_TIMEOUT_SECONDS, NodeVictims, PreemptOutcome, PreemptVerb
 from extender.state.preemption import DevicePreemption
-from extender.state.recovery import deallocate_claim, stuck_claim
+from extender.state.recovery import deallocate_claim, delete_stale_claim, stuck_claim
 from extender.state.rejected import RejectedPods
 from extender.state.stats import ServiceStats
 from extender.state.verdicts import FilterOutcome, VerdictCache
@@ -99,8 +100,8 @@ class SchedulingService:
         entries of a ledger made here, the nominations and the preempt verb; tests inject their own."""
         self.backend = backend
         self.store = backend.store
-        self.ledger = ledger if ledger is not None else InFlightLedger(
-            ttl_seconds=ledger_ttl(bind_deadline_seconds), clock=clock
+        self.ledger = (
+            ledger if ledger is not None else InFlightLedger(ttl_seconds=ledger_ttl(bind_deadline_seconds), clock=clock)
         )
         self.features = features
         self.scoring = scoring if scoring is not None else ScoringPolicy.parse("binpack=1,prioritized=1")
@@ -213,6 +214,8 @@ class SchedulingService:
         claim deallocated (``recovery.py``) and ``Error`` answered, so that the scheduler retries
         soon and the claim is allocated afresh."""
         outcome = await cooperative.run(self.filter, pod, node_names)
+        if outcome.error == CANNOT_SCHEDULE_EXTENDED_CLAIM:
+            return await self._delete_stale_claim(pod, outcome)
         if outcome.node_names or outcome.error or not node_names:
             return outcome
         stuck = stuck_claim(self.cluster, pod, node_names)
@@ -228,6 +231,25 @@ class SchedulingService:
         if stuck.classic:
             return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck.key} requested")
         return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck.key} completed")
+
+    async def _delete_stale_claim(self, pod: Mapping[str, Any], outcome: FilterOutcome) -> FilterOutcome:
+        """The pod's extended-resource claim an earlier attempt left behind is deleted (upstream's
+        PostFilter does the same), and ``Error`` answered so that the next attempt makes a new
+        one; never while a bind of the pod runs (it is that bind's claim)."""
+        pod = self.cluster.pod(pod)
+        namespace, name, uid = pod_identity(pod)
+        if uid in self.cluster.binding:
+            return FilterOutcome([], error=f'pod "{namespace}/{name}" is being bound')
+        stale = stale_extended_claim(pod, self.store)
+        if stale is None:
+            return outcome
+        try:
+            await self.backend.ensure_leader()  # a write: a standby must not make it
+        except ExtenderError as exc:
+            return FilterOutcome([], error=f"claim {stale.key} must be deleted, but {exc.reason}")
+        if not await delete_stale_claim(self.cluster, stale):
+            return outcome
+        return FilterOutcome([], error=f"deletion of ResourceClaim {stale.key} completed")
 
     async def _preempt(
         self, pod: Mapping[str, Any], outcome: FilterOutcome, node_names: Sequence[str]

@@ -26,6 +26,7 @@ import orjson
 from extender.core.cel import SelectorCache
 from extender.core.convert import decode_object
 from extender.core.errors import InvalidObject
+from extender.core.extended import EXTENDED_CLAIM_ANNOTATION, ExtendedClasses
 from extender.core.model import (
     AllocatedState,
     AllocationResult,
@@ -251,6 +252,10 @@ class ObjectStore:
         self._pending_slices: list[tuple[ResourceSlice | None, ResourceSlice | None]] = []
         self._allocations = AllocationIndex()  # allocated claims
         self._in_use = AllocationIndex()  # allocated claims and in-flight allocations (set_in_flight)
+        #: Claims made for pods' extended resources (annotated, a pod as controller owner): the
+        #: owning pod's UID -> the claim's key (``extender.core.extended``).
+        self.extended_claims: dict[str, str] = {}
+        self._extended_classes: ExtendedClasses | None = None
 
     # --- ingest -------------------------------------------------------------------------------
 
@@ -286,6 +291,7 @@ class ObjectStore:
         self.revision += 1
         if isinstance(obj, DeviceClass):
             self.classes[key] = obj
+            self._extended_classes = None
             self.fits.clear()
         elif isinstance(obj, ResourceClaim):
             self.invalid_claims.pop(key, None)
@@ -297,6 +303,7 @@ class ObjectStore:
             else:
                 self.claim_specs[key] = spec_key
             self._claim_allocation(key, obj.allocation)
+            self._index_extended_claim(key, raw)
             for listener in self.claim_listeners:
                 listener(kind, key)
         elif isinstance(obj, ResourceClaimTemplate):
@@ -319,7 +326,7 @@ class ObjectStore:
         elif isinstance(obj, NodeInfo):
             old_node = self.nodes.get(key)
             self.nodes[key] = obj
-            if old_node is None or old_node.labels != obj.labels:
+            if old_node is None or old_node.labels != obj.labels or old_node.allocatable != obj.allocatable:
                 self.fits.drop_nodes((key,))
 
     def mark_claim_invalid(self, key: str, raw: Mapping[str, Any], reason: str) -> None:
@@ -379,12 +386,13 @@ class ObjectStore:
                     listener(kind, key)
         elif kind == "DeviceClass":
             if self.classes.pop(key, None) is not None:
+                self._extended_classes = None
                 self.fits.clear()
         elif kind == "ResourceClaim":
             self._invalid_held.pop(key, None)
             if self.claims.pop(key, None) is not None or self.invalid_claims.pop(key, None) is not None:
                 self._claim_allocation(key, None)
-            self.raw_claims.pop(key, None)
+            self._unindex_extended_claim(key, self.raw_claims.pop(key, None))
             self.claim_specs.pop(key, None)
             for listener in self.claim_listeners:
                 listener(kind, key)
@@ -425,6 +433,27 @@ class ObjectStore:
             "PodDisruptionBudget": self.budgets,
         }[kind]  # type: ignore[assignment]
         return tuple(table)
+
+    @property
+    def extended_classes(self) -> ExtendedClasses:
+        """Extended resource name -> DeviceClass name, over the classes as they are now."""
+        if self._extended_classes is None:
+            self._extended_classes = ExtendedClasses(self.classes.values())
+        return self._extended_classes
+
+    def _index_extended_claim(self, key: str, raw: Mapping[str, Any]) -> None:
+        meta = raw.get("metadata") or {}
+        if (meta.get("annotations") or {}).get(EXTENDED_CLAIM_ANNOTATION) != "true":
+            return
+        for ref in meta.get("ownerReferences") or []:
+            if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == "Pod" and ref.get("uid"):
+                self.extended_claims[str(ref["uid"])] = key
+
+    def _unindex_extended_claim(self, key: str, raw: Mapping[str, Any] | None) -> None:
+        for ref in ((raw or {}).get("metadata") or {}).get("ownerReferences") or []:
+            uid = ref.get("uid") if isinstance(ref, Mapping) else None
+            if uid and self.extended_claims.get(str(uid)) == key:
+                del self.extended_claims[str(uid)]
 
     def _claim_allocation(self, key: str, allocation: AllocationResult | None) -> None:
         self._allocations.set(key, allocation)

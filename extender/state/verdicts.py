@@ -23,6 +23,7 @@ from itertools import count, filterfalse
 
 from extender.core.allocator import Allocation, NodeAnswer
 from extender.core.answers import Unresolvable
+from extender.core.extended import CANNOT_FIT_RESOURCE
 from extender.core.model import Features
 from extender.core.scoring import DeviceUsage, ScoringCandidate, node_device_usage, raw_scores
 from extender.state.claims import PodClaims
@@ -123,6 +124,9 @@ class VerdictCache:
         specs: list[bytes] = []
         for claim in claims.to_allocate:
             spec = self.store.claim_specs.get(claim.key) or claims.provisional.get(claim.key)
+            if spec is None and claims.extended_new and claim.key == claims.extended_key:
+                assert claims.extended is not None
+                spec = claims.extended.key  # the same on every node but those ``on_node`` varies
             if spec is None:
                 return None
             specs.append(spec)
@@ -148,6 +152,11 @@ class VerdictCache:
             table.mark_covered(candidates.serial)
             return table
         fits.stats.misses += len(unknown)
+        if claims.extended_new:
+            unknown = self._decide_extended_variants(claims, table, unknown)
+            if not unknown:
+                table.mark_covered(candidates.serial)
+                return table
         known: dict[str, Verdict] = {}
 
         def keep_known() -> None:  # at the first pause, what the table knows of the other candidates
@@ -175,6 +184,29 @@ class VerdictCache:
             table.put(name, answer.detached() if isinstance(answer, Allocation) else answer)
         table.mark_covered(candidates.serial)
         return table
+
+    def _decide_extended_variants(self, claims: PodClaims, table: ShapeVerdicts, unknown: set[str]) -> set[str]:
+        """Decide the nodes on which the pod's extended-resource claim is not the usual one
+        (``PodClaims.on_node``: the node advertises some of the resources itself, or lacks one no
+        class maps), each with its own claims; return the other nodes. Rare (device plugins and DRA
+        serving one resource name in one cluster), so these nodes are decided one by one."""
+        snapshot = self.store.snapshot()
+        rest: set[str] = set()
+        for name in unknown:
+            node = self.store.node(name)
+            variant = claims.on_node(node)
+            if variant is claims:
+                rest.add(name)
+                continue
+            if variant is None:
+                table.put(name, Unresolvable(CANNOT_FIT_RESOURCE))
+                continue
+            answer = self.cluster.allocator(variant, refresh=False).answer(node)
+            view = snapshot.cached_view(node, self.features)
+            if view is not None:
+                self.store.fits.depends(name, view)
+            table.put(name, answer.detached() if isinstance(answer, Allocation) else answer)
+        return rest
 
     def _answered_once(
         self,

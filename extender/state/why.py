@@ -654,5 +654,3 @@ def _selected(selector: tuple[Mapping[str, str], NodeSelector | None], node: Nod
 def _names(nodes: Sequence[str]) -> str:
     shown = ", ".join(nodes[:EXAMPLES_PER_REASON])
     return shown + (f" and {len(nodes) - EXAMPLES_PER_REASON} more" if len(nodes) > EXAMPLES_PER_REASON else "")
-
-

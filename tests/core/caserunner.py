@@ -37,7 +37,17 @@ DEFAULT_NAMESPACE = "default"
 ENCODE_VERSION = "resource.k8s.io/v1"
 
 _CASE_KEYS = {
-    "name", "why", "features", "node", "objects", "allocated", "allocate", "preallocated", "expect", "work", "xfail"
+    "name",
+    "why",
+    "features",
+    "node",
+    "objects",
+    "allocated",
+    "allocate",
+    "preallocated",
+    "expect",
+    "work",
+    "xfail",
 }
 _EXPECT_KINDS = ("results", "unfit", "unresolvable", "error")
 _RESULT_KEYS = {"devices", "nodeSelector", "config"}

@@ -70,9 +70,7 @@ def test_first_path_matches_full_search(
     constrained: bool,
 ) -> None:
     """The shortcut and the full search agree, with constraints and firstAvailable requests too."""
-    devices = [
-        b.device(f"device-{i}", attributes={"model": m, "root": roots[i]}) for i, m in enumerate(models)
-    ]
+    devices = [b.device(f"device-{i}", attributes={"model": m, "root": roots[i]}) for i, m in enumerate(models)]
     slices = [b.node_slice("node-1", devices)]
     reqs = []
     for i, (count, model, alternatives) in enumerate(requests):
@@ -200,9 +198,7 @@ def test_taints_block_unless_the_feature_is_off() -> None:
     slices = [b.node_slice("node-1", [tainted, "device-2"])]
     classes = [b.device_class(b.CLASS, CLASS_EXPR)]
     on = allocate_claims([b.claim()], b.node(), slices=slices, classes=classes)
-    off = allocate_claims(
-        [b.claim()], b.node(), slices=slices, classes=classes, features=Features(device_taints=False)
-    )
+    off = allocate_claims([b.claim()], b.node(), slices=slices, classes=classes, features=Features(device_taints=False))
     assert on is not None and on.results[0].devices[0].device == "device-2"
     assert off is not None and off.results[0].devices[0].device == "device-1"
 

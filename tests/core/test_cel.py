@@ -34,8 +34,10 @@ def gpu(name: str = "device-1", **attributes: object) -> Device:
     return Device(
         name=name,
         attributes=defaults,  # type: ignore[arg-type]
-        capacity={"memory": DeviceCapacity(Quantity.parse("80Gi")),
-                  "other.example.com/slots": DeviceCapacity(Quantity.parse("4"))},
+        capacity={
+            "memory": DeviceCapacity(Quantity.parse("80Gi")),
+            "other.example.com/slots": DeviceCapacity(Quantity.parse("4")),
+        },
     )
 
 
@@ -85,7 +87,7 @@ def compile_error(expression: str, *, consumable_capacity: bool = True) -> str:
         f'"model" in device.attributes["{DRIVER}"]',
         f'device.attributes["{DRIVER}"].?serial.orValue("none") == "none"',
         f'device.attributes["{DRIVER}"].?model.orValue("none") == "a100"',
-        'device.allowMultipleAllocations == false',
+        "device.allowMultipleAllocations == false",
         f'device.attributes["{DRIVER}"].exists(k, k == "model")',
     ],
 )
@@ -259,8 +261,11 @@ def test_results_are_cached_per_slice_object_until_forgotten() -> None:
 def test_device_views_are_built_once_per_device_across_expressions() -> None:
     cache = SelectorCache()
     slice_ = make_slice(gpu("a"), gpu("b"))
-    for expression in ('device.attributes["gpu.example.com"].index == 2', "device.capacity.size() == 2",
-                       'device.attributes["gpu.example.com"].model == "a100"'):
+    for expression in (
+        'device.attributes["gpu.example.com"].index == 2',
+        "device.capacity.size() == 2",
+        'device.attributes["gpu.example.com"].model == "a100"',
+    ):
         cache.results(expression, slice_)
     assert cache.stats.views_built == 2
     cache.forget_slice(slice_)
@@ -270,8 +275,9 @@ def test_device_views_are_built_once_per_device_across_expressions() -> None:
 
 def test_runtime_errors_are_returned_per_device_not_raised() -> None:
     cache = SelectorCache()
-    outcomes = cache.results(f'device.attributes["{DRIVER}"].serial == "s1"',
-                             make_slice(gpu("a", serial="s1"), gpu("b")))
+    outcomes = cache.results(
+        f'device.attributes["{DRIVER}"].serial == "s1"', make_slice(gpu("a", serial="s1"), gpu("b"))
+    )
     assert outcomes[0] is True
     assert isinstance(outcomes[1], CelRuntimeError)
     assert outcomes[1].message == "no such key: serial"
@@ -314,7 +320,10 @@ def test_fast_path_agrees_with_cel(expression: str) -> None:
 def test_fast_path_does_not_catch_lookalikes() -> None:
     cache = SelectorCache()
     slice_ = make_slice(gpu())
-    for expression in (f'device.driver == "{DRIVER}" || false', f'device.driver != "{DRIVER}"',
-                       'device.driver == "a\\"b"'):
+    for expression in (
+        f'device.driver == "{DRIVER}" || false',
+        f'device.driver != "{DRIVER}"',
+        'device.driver == "a\\"b"',
+    ):
         cache.results(expression, slice_)
     assert cache.stats.fast_path == 0

@@ -87,32 +87,32 @@ TRUE_EXPRESSIONS = [
     '"gpu-12".matches("^gpu-[0-9]+$")',
     '"abc 123".find("[0-9]+") == "123" && "a1b22".findAll("[0-9]+") == ["1", "22"]',
     # lists, sets
-    '[1, 2, 3].isSorted() && ![3, 1].isSorted()',
-    '[1, 2, 3].sum() == 6 && [].sum() == 0',
-    '[1, 2, 3, 2].indexOf(2) == 1 && [1, 2, 3, 2].lastIndexOf(2) == 3 && [1].indexOf(9) == -1',
-    'sets.contains([1, 2, 3], [2, 3]) && !sets.contains([1], [2])',
-    'sets.equivalent([1, 2], [2, 1, 1]) && sets.intersects([1, 2], [2, 5])',
+    "[1, 2, 3].isSorted() && ![3, 1].isSorted()",
+    "[1, 2, 3].sum() == 6 && [].sum() == 0",
+    "[1, 2, 3, 2].indexOf(2) == 1 && [1, 2, 3, 2].lastIndexOf(2) == 3 && [1].indexOf(9) == -1",
+    "sets.contains([1, 2, 3], [2, 3]) && !sets.contains([1], [2])",
+    "sets.equivalent([1, 2], [2, 1, 1]) && sets.intersects([1, 2], [2, 5])",
     '["a", "b"].reverse() == ["b", "a"]',
     # optional values
-    'optional.of(1).hasValue() && !optional.none().hasValue()',
-    'optional.of(1).value() == 1 && optional.none().orValue(5) == 5',
-    'optional.none().or(optional.of(2)).value() == 2',
+    "optional.of(1).hasValue() && !optional.none().hasValue()",
+    "optional.of(1).value() == 1 && optional.none().orValue(5) == 5",
+    "optional.none().or(optional.of(2)).value() == 2",
     '!optional.ofNonZeroValue("").hasValue() && optional.ofNonZeroValue("x").hasValue()',
     '{"a": 1}.?a.orValue(0) == 1 && {"a": 1}.?b.orValue(0) == 0',
     '{"a": {"b": 2}}.?a.b.orValue(0) == 2 && {"a": {"b": 2}}.?x.b.orValue(0) == 0',
-    '[10, 20][?1].orValue(0) == 20 && [10, 20][?5].orValue(0) == 0',
+    "[10, 20][?1].orValue(0) == 20 && [10, 20][?5].orValue(0) == 0",
     '{"k": "v"}[?"k"].hasValue()',
     # cel.bind and macros
-    'cel.bind(x, 5, x * x == 25)',
+    "cel.bind(x, 5, x * x == 25)",
     'cel.bind(a, "gpu", cel.bind(b, a + "-0", b == "gpu-0"))',
-    '[1, 2, 3].all(x, x > 0) && [1, 2, 3].exists(x, x == 2) && [1, 2, 3].exists_one(x, x > 2)',
-    '[1, 2, 3].map(x, x * 2) == [2, 4, 6] && [1, 2, 3].filter(x, x > 1) == [2, 3]',
+    "[1, 2, 3].all(x, x > 0) && [1, 2, 3].exists(x, x == 2) && [1, 2, 3].exists_one(x, x > 2)",
+    "[1, 2, 3].map(x, x * 2) == [2, 4, 6] && [1, 2, 3].filter(x, x > 1) == [2, 3]",
     '{"a": 1, "b": 2}.all(k, k in ["a", "b"])',
     # operators and error absorption
-    '1 / 0 == 1 || true',
-    '!(1 / 0 == 1 && false)',
-    'true ? true : 1 / 0 == 1',
-    '1 < 1.5 || true',
+    "1 / 0 == 1 || true",
+    "!(1 / 0 == 1 && false)",
+    "true ? true : 1 / 0 == 1",
+    "1 < 1.5 || true",
     # heterogeneous equality: other types are unequal, numbers compare by value
     '!(1 == "a") && 1 != "a" && 1 == 1.0 && 2u == 2 && 1 in [1.0]',
 ]
@@ -139,12 +139,12 @@ def test_library_examples_hold(expression: str) -> None:
         ('quantity("1E20").asInteger() == 0', "cannot convert value to integer"),
         ('"abc".charAt(4) == ""', "index out of range: 4"),
         ('"abc".substring(2, 1) == ""', "invalid substring range. start: 2, end: 1"),
-        ('optional.none().value() == 1', "optional.none() dereference"),
-        ('1 / 0 == 1', "division by zero"),
+        ("optional.none().value() == 1", "optional.none() dereference"),
+        ("1 / 0 == 1", "division by zero"),
         ('{"a": 1}["b"] == 1', "no such key: b"),
         ('{"a": 1}.b == 1', "no such key: b"),
-        ('[1, 0].exists_one(x, 1 / x == 1)', "division by zero"),
-        ('9223372036854775807 + 1 > 0', "integer overflow"),
+        ("[1, 0].exists_one(x, 1 / x == 1)", "division by zero"),
+        ("9223372036854775807 + 1 > 0", "integer overflow"),
     ],
 )
 def test_library_errors(expression: str, message: str) -> None:
@@ -179,9 +179,12 @@ def test_cost_limit_is_not_absorbed_by_or() -> None:
 
 def test_cost_limit_catches_string_doubling() -> None:
     # 30 nested doublings would build a 1 GiB string; the size charge stops it early.
-    expression = "cel.bind(s0, \"xxxxxxxxxx\", " + "".join(
-        f"cel.bind(s{i}, s{i - 1} + s{i - 1}, " for i in range(1, 31)
-    ) + "size(s30) > 0" + ")" * 31
+    expression = (
+        'cel.bind(s0, "xxxxxxxxxx", '
+        + "".join(f"cel.bind(s{i}, s{i - 1} + s{i - 1}, " for i in range(1, 31))
+        + "size(s30) > 0"
+        + ")" * 31
+    )
     assert error_of(expression) == "operation cancelled: actual cost limit exceeded"
 
 
@@ -196,4 +199,4 @@ def test_optional_literal_entries_are_rejected_with_a_clear_message() -> None:
 
 def test_question_marks_inside_strings_are_not_optional_syntax() -> None:
     assert evaluate('"a.?b[?c]" == "a.?b" + "[?c]"') is True
-    assert evaluate('true ? true : false') is True
+    assert evaluate("true ? true : false") is True

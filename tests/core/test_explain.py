@@ -101,9 +101,7 @@ def claim(
     name: str = "claim-0",
     constraints: Sequence[DeviceConstraint] = (),
 ) -> ResourceClaim:
-    wrapped = tuple(
-        r if isinstance(r, DeviceRequest) else DeviceRequest(name=r.name, exactly=r) for r in requests
-    )
+    wrapped = tuple(r if isinstance(r, DeviceRequest) else DeviceRequest(name=r.name, exactly=r) for r in requests)
     return ResourceClaim(namespace="default", name=name, requests=wrapped, constraints=tuple(constraints))
 
 
@@ -162,10 +160,7 @@ def test_no_device_matches_the_class() -> None:
     assert request.verdict == VERDICT_NO_CLASS_MATCH
     assert counts(request)["class"] == 0
     assert request.message == "needs 1, but no device matches device class class-b"
-    assert (
-        result.detail
-        == "claim default/claim-0: request req-0: needs 1, but no device matches device class class-b"
-    )
+    assert result.detail == "claim default/claim-0: request req-0: needs 1, but no device matches device class class-b"
 
 
 def test_class_matches_but_request_selectors_do_not() -> None:
@@ -215,10 +210,7 @@ def test_untolerated_taint_blocks_and_a_toleration_lifts_it() -> None:
     request = only_request(explain(claim(exact()), slices))
     assert request.verdict == VERDICT_BLOCKED
     assert (request.free, request.blocked_by_taint, request.usable) == (1, 1, 0)
-    assert (
-        request.message
-        == "needs 1, 1 free matching device but only 0 usable (blocked: untolerated taints: 1)"
-    )
+    assert request.message == "needs 1, 1 free matching device but only 0 usable (blocked: untolerated taints: 1)"
 
     tolerating = exact(tolerations=(DeviceToleration(key="maintenance", operator="Exists"),))
     assert explain(claim(tolerating), slices).fits
@@ -241,9 +233,7 @@ def test_exhausted_shared_counters_block() -> None:
         count=2,
     )
     # "whole" is allocated elsewhere: 2Gi are left, enough for "quarter" only.
-    request = only_request(
-        explain(claim(exact(count=2)), [counters, devices], allocated=["driver-a/pool-1/whole"])
-    )
+    request = only_request(explain(claim(exact(count=2)), [counters, devices], allocated=["driver-a/pool-1/whole"]))
     assert request.verdict == VERDICT_BLOCKED
     assert (request.free, request.blocked_by_counters, request.usable) == (2, 1, 1)
     assert "exhausted shared counters: 1" in request.message
@@ -306,9 +296,7 @@ def test_first_available_lists_every_alternative() -> None:
         ("req-0/large", VERDICT_NO_SELECTOR_MATCH),
         ("req-0/two", VERDICT_TOO_FEW),
     ]
-    assert parent.message.startswith(
-        "none of the 2 alternatives fits; req-0/large: needs 1, 1 device matches"
-    )
+    assert parent.message.startswith("none of the 2 alternatives fits; req-0/large: needs 1, 1 device matches")
     as_dict = parent.to_dict()
     assert "wanted" not in as_dict
     subrequests = as_dict["subrequests"]
@@ -350,9 +338,7 @@ def test_cel_runtime_error_is_reported() -> None:
 
 def test_cel_compile_error_in_a_request_selector_is_reported() -> None:
     result = explain(claim(exact(selectors=("device.driver ==",))), [device_slice(dev("device-1"))])
-    assert (
-        result.error is not None and "claim default/claim-0: selector #0: CEL compile error" in result.error
-    )
+    assert result.error is not None and "claim default/claim-0: selector #0: CEL compile error" in result.error
     request = only_request(result)
     assert (request.verdict, request.class_matches, request.selector_matches) == (VERDICT_ERROR, 1, 0)
 
@@ -391,11 +377,7 @@ def test_only_the_constraint_that_blocks_is_marked() -> None:
                 DeviceConstraint(distinct_attribute=MODEL),
             ],
         ),
-        [
-            device_slice(
-                *[Device(name=f"device-{i}", attributes={"kind": "gpu", "model": "a"}) for i in range(2)]
-            )
-        ],
+        [device_slice(*[Device(name=f"device-{i}", attributes={"kind": "gpu", "model": "a"}) for i in range(2)])],
     )
     assert [c.blocking for c in result.claims[0].constraints] == [False, True]
     assert f"distinctAttribute {MODEL}" in result.detail

@@ -132,9 +132,7 @@ def test_binpack_counts_a_device_already_in_use_once() -> None:
     # Taking another share of a shared device that is already in use adds nothing.
     shared = DeviceID(DRIVER, "shared-pool", "gpu-0")
     again = candidate(one_gpu("shared"), total=2, in_use=1, ids=frozenset({shared}))
-    fresh = candidate(
-        one_gpu("fresh"), total=2, in_use=1, ids=frozenset({DeviceID(DRIVER, "fresh-pool", "gpu-1")})
-    )
+    fresh = candidate(one_gpu("fresh"), total=2, in_use=1, ids=frozenset({DeviceID(DRIVER, "fresh-pool", "gpu-1")}))
     assert binpack_scores([again, fresh]) == {"shared": 5, "fresh": 10}
 
 
@@ -159,12 +157,8 @@ def test_prioritized_adds_eight_minus_the_chosen_index_and_normalises() -> None:
 
 
 def test_prioritized_sums_over_requests_and_claims_and_ignores_exact_requests() -> None:
-    both = allocation(
-        "both", pick("both", [("gpu-0", {})]), pick("both", [("gpu-1", {})]), chosen=((0, None), (0,))
-    )
-    one = allocation(
-        "one", pick("one", [("gpu-0", {})]), pick("one", [("gpu-1", {})]), chosen=((0, None), (1,))
-    )
+    both = allocation("both", pick("both", [("gpu-0", {})]), pick("both", [("gpu-1", {})]), chosen=((0, None), (0,)))
+    one = allocation("one", pick("one", [("gpu-0", {})]), pick("one", [("gpu-1", {})]), chosen=((0, None), (1,)))
     assert prioritized_scores([candidate(both), candidate(one)]) == {"both": 10, "one": 9}  # 16 vs 15
 
 
@@ -209,9 +203,7 @@ def test_topology_counts_each_device_without_the_attribute_as_distinct() -> None
 
 
 def test_topology_single_device_claims_are_neutral() -> None:
-    single = allocation(
-        "single", pick("single", [("gpu-0", {ROOT: "root-a"})]), pick("single", [("gpu-1", {})])
-    )
+    single = allocation("single", pick("single", [("gpu-0", {ROOT: "root-a"})]), pick("single", [("gpu-1", {})]))
     assert topology_scores([candidate(single)], ROOT) == {"single": MAX_SCORE}
 
 
@@ -233,9 +225,7 @@ def test_topology_sums_over_claims() -> None:
     two_claims = allocation(
         "two-claims",
         pick("two-claims", [("gpu-0", {ROOT: "a"}), ("gpu-1", {ROOT: "a"})]),  # 1 of 1 link
-        pick(
-            "two-claims", [("gpu-2", {ROOT: "a"}), ("gpu-3", {ROOT: "b"}), ("gpu-4", {ROOT: "c"})]
-        ),  # 0 of 2
+        pick("two-claims", [("gpu-2", {ROOT: "a"}), ("gpu-3", {ROOT: "b"}), ("gpu-4", {ROOT: "c"})]),  # 0 of 2
     )
     assert topology_scores([candidate(two_claims)], ROOT) == {"two-claims": 3}  # 1/3 -> 3.33
 
@@ -306,12 +296,8 @@ def test_score_candidates_uses_the_topology_attribute() -> None:
 
 
 def test_score_candidates_keeps_every_node_and_stays_in_range() -> None:
-    candidates = [
-        candidate(gpus(f"node-{i}", *(["a"] * (i % 3 + 1))), total=5, in_use=i % 4) for i in range(12)
-    ]
-    scores = score_candidates(
-        candidates, ScoringPolicy.parse(f"binpack=2,spread=1,prioritized=1,topology:{ROOT}=3")
-    )
+    candidates = [candidate(gpus(f"node-{i}", *(["a"] * (i % 3 + 1))), total=5, in_use=i % 4) for i in range(12)]
+    scores = score_candidates(candidates, ScoringPolicy.parse(f"binpack=2,spread=1,prioritized=1,topology:{ROOT}=3"))
     assert set(scores) == {f"node-{i}" for i in range(12)}
     assert all(0 <= s <= MAX_SCORE and type(s) is int for s in scores.values())
     assert (
@@ -338,9 +324,7 @@ def test_score_candidates_edge_cases() -> None:
 NODE = NodeInfo(name="node-1", labels={"region": "r1"})
 
 
-def device_slice(
-    name: str, pool: str, devices: Sequence[Device], *, count: int = 1, **where: object
-) -> ResourceSlice:
+def device_slice(name: str, pool: str, devices: Sequence[Device], *, count: int = 1, **where: object) -> ResourceSlice:
     return ResourceSlice(
         name=name,
         driver=DRIVER,
@@ -352,9 +336,7 @@ def device_slice(
 
 def test_node_device_usage_counts_usable_pools_and_what_others_hold() -> None:
     slices = [
-        device_slice(
-            "s-1", "pool-1", [Device(name="d-0"), Device(name="d-1"), Device(name="d-2")], node_name="node-1"
-        ),
+        device_slice("s-1", "pool-1", [Device(name="d-0"), Device(name="d-1"), Device(name="d-2")], node_name="node-1"),
         # incomplete: one of two slices published
         device_slice("s-2", "pool-2", [Device(name="d-0")], count=2, node_name="node-1"),
         # invalid: duplicate device name

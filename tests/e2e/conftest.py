@@ -11,7 +11,8 @@ import pytest
 
 from tests.controlplane.assets import assets_or_skip
 from tests.controlplane.cluster import ControlPlane
-from tests.e2e.harness import Deployment, Pair, Scenario
+from tests.e2e.harness import IN_TREE, IN_TREE_PROCESS, Deployment, Pair, Scenario
+from tests.e2e.harness import scenario as new_scenario
 
 
 @pytest.fixture(scope="session")
@@ -43,3 +44,22 @@ def scenario(deployment: Deployment, replica: Pair) -> Iterator[Scenario]:
         yield made
     finally:
         made.cleanup()
+
+
+@pytest.fixture(scope="module")
+def in_tree(deployment: Deployment) -> Iterator[str]:
+    """A kube-scheduler without extenders, with the in-tree DynamicResources plugin (on by default
+    in 1.36), for the pods of ``schedulerName: in-tree-scheduler``: the reference."""
+    configuration = {"leaderElection": {"leaderElect": False}, "profiles": [{"schedulerName": IN_TREE}]}
+    deployment.plane.start_scheduler(configuration, name=IN_TREE_PROCESS)
+    try:
+        yield IN_TREE
+    finally:
+        deployment.plane.stop_scheduler(IN_TREE_PROCESS)
+
+
+@pytest.fixture
+def reference(deployment: Deployment, in_tree: str) -> Iterator[Scenario]:
+    """A second scenario: the in-tree scheduler's side of a comparison."""
+    with new_scenario(deployment) as made:
+        yield made

@@ -41,6 +41,9 @@ NAMESPACE = "dra-extender"
 SERVICE_ACCOUNT = "dra-extender-scheduler"
 LEASE = "dra-extender-scheduler"
 SCHEDULER_NAME = "dra-extender-scheduler"
+#: The reference: a second kube-scheduler with the in-tree DynamicResources plugin (``in_tree``).
+IN_TREE = "in-tree-scheduler"
+IN_TREE_PROCESS = "kube-scheduler-in-tree"
 GROUP = "resource.k8s.io"
 V1 = f"{GROUP}/v1"
 

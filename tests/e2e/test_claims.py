@@ -18,43 +18,21 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from tests.controlplane.api import eventually
-from tests.e2e.harness import SCHEDULER_NAME, V1, Deployment, Scenario
-from tests.e2e.harness import scenario as new_scenario
+from tests.e2e.harness import IN_TREE, SCHEDULER_NAME, V1, Scenario
 
-IN_TREE = "in-tree-scheduler"
-IN_TREE_PROCESS = "kube-scheduler-in-tree"
 #: The extender's node reasons (README "Answers"); the first is also the in-tree plugin's.
 CANNOT_ALLOCATE = "cannot allocate all claims"
 NO_DEVICES = "no devices of the requested device classes on the node"
 
 #: Builds a shape in a scenario for a scheduler, waits for its outcome, names the pods to compare.
 Shape = Callable[[Scenario, str], Sequence[str]]
-
-
-@pytest.fixture(scope="module")
-def in_tree(deployment: Deployment) -> Iterator[str]:
-    """A kube-scheduler without extenders, with the in-tree DynamicResources plugin (on by default
-    in 1.36), for the pods of ``schedulerName: in-tree-scheduler``."""
-    configuration = {"leaderElection": {"leaderElect": False}, "profiles": [{"schedulerName": IN_TREE}]}
-    deployment.plane.start_scheduler(configuration, name=IN_TREE_PROCESS)
-    try:
-        yield IN_TREE
-    finally:
-        deployment.plane.stop_scheduler(IN_TREE_PROCESS)
-
-
-@pytest.fixture
-def reference(deployment: Deployment, in_tree: str) -> Iterator[Scenario]:
-    """A second scenario: the in-tree scheduler's side of a comparison."""
-    with new_scenario(deployment) as made:
-        yield made
 
 
 # --- builders ----------------------------------------------------------------------------------------
@@ -187,6 +165,7 @@ def written(s: Scenario, pods: Sequence[str]) -> dict[str, Any]:
                 {k: c[k] for k in ("type", "status", "reason") if k in c} for c in status.get("conditions") or []
             ],
             "resourceClaimStatuses": status.get("resourceClaimStatuses"),
+            "extendedResourceClaimStatus": status.get("extendedResourceClaimStatus"),
         }
     return normalised({"claims": claims, "pods": written_pods}, s, {**uids, **generated})
 

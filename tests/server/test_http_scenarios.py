@@ -48,9 +48,7 @@ def bind_args(name: str, node: str) -> dict[str, str]:
 async def test_200_concurrent_binds_for_50_devices(make_client: Factory) -> None:
     pods = [pod(f"p{i}", f"c{i}") for i in range(200)]
     client, backend = await make_client(cluster(*(claim(f"c{i}") for i in range(200)), *pods, nodes=5, gpus=10))
-    answers = await asyncio.gather(
-        *(call(client, "bind", bind_args(f"p{i}", f"node-{i % 5 + 1}")) for i in range(200))
-    )
+    answers = await asyncio.gather(*(call(client, "bind", bind_args(f"p{i}", f"node-{i % 5 + 1}")) for i in range(200)))
     assert sum(1 for a in answers if a["Error"] == "") == 50
     assert all("no longer fits" in a["Error"] for a in answers if a["Error"])
     taken = []

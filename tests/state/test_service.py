@@ -252,7 +252,10 @@ def test_a_claim_being_allocated_for_another_pod_answers_error() -> None:
     from extender.core.model import AllocationResult
 
     svc.ledger.add(
-        claim=svc.store.claims["default/c1"], pod_key="default/a", pod_uid="uid-a", node="node-1",
+        claim=svc.store.claims["default/c1"],
+        pod_key="default/a",
+        pod_uid="uid-a",
+        node="node-1",
         result=AllocationResult(devices=()),
     )
     assert svc.filter(pod("b", "c1"), NODES).error == "resource claim default/c1 is in the process of being allocated"

@@ -208,6 +208,60 @@ class EmbeddedBackend:
             status.pop("nominatedNodeName", None)
         self.apply(pod)
 
+    @property
+    def claim_api_version(self) -> str:
+        return "resource.k8s.io/v1"
+
+    async def create_claim(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """POST a claim: ``generateName`` gets a random suffix, as the API server adds one."""
+        await self.faults.check("create_claim")
+        obj = copy_object(raw)
+        if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+            raise InvalidObject("must be an object with metadata", obj="ResourceClaim")
+        obj["kind"] = "ResourceClaim"
+        obj.setdefault("apiVersion", self.claim_api_version)
+        meta = obj["metadata"]
+        namespace = str(meta.get("namespace") or "default")
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = self._unused_name(namespace, str(meta["generateName"]))
+        if self._stored(key_of(obj)) is not None:
+            raise WriteConflict(
+                f'{_CLAIMS} "{meta.get("name")}" already exists', claim=f"{namespace}/{meta.get('name')}"
+            )
+        for field in ("resourceVersion", "uid", "deletionTimestamp"):
+            meta.pop(field, None)
+        obj.pop("status", None)
+        return copy_object(self._create(obj))
+
+    async def remove_claim(self, namespace: str, name: str, uid: str) -> None:
+        await self.faults.check("remove_claim")
+        stored = self._stored(("ResourceClaim", namespace or "default", name))
+        if stored is None:
+            raise ObjectNotFound(f'{_CLAIMS} "{name}" not found', claim=f"{namespace}/{name}")
+        if uid and stored["metadata"].get("uid") != uid:
+            raise WriteConflict(
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {stored['metadata'].get('uid')}",
+                claim=f"{namespace}/{name}",
+            )
+        self.delete("ResourceClaim", namespace, name)
+
+    async def patch_pod_status(self, namespace: str, name: str, uid: str, status: dict[str, Any]) -> None:
+        await self.faults.check("patch_pod_status")
+        pod = self.get("Pod", namespace, name)
+        if pod is None:
+            raise ObjectNotFound(f'pods "{name}" not found')
+        if uid and pod["metadata"].get("uid") != uid:
+            raise WriteConflict(
+                f"Precondition failed: UID in precondition: {uid}, UID in object meta: {pod['metadata'].get('uid')}"
+            )
+        current = pod.setdefault("status", {})
+        for field, value in status.items():  # a JSON merge patch, one level deep
+            if value is None:
+                current.pop(field, None)
+            else:
+                current[field] = copy_object(value)
+        self.apply(pod)
+
     def record_event(self, namespace: str, name: str, uid: str, *, kind: str, reason: str, message: str) -> None:
         """Events are kept in ``events`` (newest last, at most 1000), as ``(pod key, type, reason, message)``."""
         self.events.append((f"{namespace}/{name}", kind, reason, message))

@@ -33,6 +33,9 @@ OPERATIONS = frozenset(
         "apply_scheduling_context",
         "delete_scheduling_context",
         "evict_pod",
+        "create_claim",
+        "remove_claim",
+        "patch_pod_status",
     }
 )
 

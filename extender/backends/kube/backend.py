@@ -598,6 +598,54 @@ class KubeBackend:
                 raise EvictionRefused(exc.reason) from exc
             raise  # throttled, the budget still being processed, ...: not this victim's budget
 
+    @property
+    def claim_api_version(self) -> str:
+        return self.api_version
+
+    async def create_claim(self, raw: dict[str, Any]) -> dict[str, Any]:
+        meta = raw.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        body = dict(raw)
+        body.setdefault("apiVersion", self.api_version)
+        body.setdefault("kind", "ResourceClaim")
+        await self.ensure_leader()
+        stored = await self._api().request(
+            "POST",
+            f"/apis/{self.api_version}/namespaces/{namespace}/resourceclaims",
+            body=body,
+            verb="create",
+            resource=f"resourceclaims.{GROUP}",
+        )
+        stored.setdefault("kind", "ResourceClaim")
+        self.feeder.written(orjson.loads(orjson.dumps(stored)))
+        return stored
+
+    async def remove_claim(self, namespace: str, name: str, uid: str) -> None:
+        namespace = namespace or "default"
+        try:
+            await self._api().request(
+                "DELETE",
+                self._claim_path(namespace, name),
+                body={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}},
+                verb="delete",
+                resource=f"resourceclaims.{GROUP}",
+            )
+        except ExtenderError as exc:
+            exc.claim = exc.claim or f"{namespace}/{name}"
+            raise
+
+    async def patch_pod_status(self, namespace: str, name: str, uid: str, status: dict[str, Any]) -> None:
+        namespace = namespace or "default"
+        await self.ensure_leader()
+        await self._api().request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+            body={"metadata": {"uid": uid} if uid else {}, "status": status},
+            content_type=MERGE_PATCH,
+            verb="patch",
+            resource="pods/status",
+        )
+
     async def set_nominated_node(self, namespace: str, name: str, uid: str, node: str) -> None:
         namespace = namespace or "default"
         await self.ensure_leader()

@@ -29,8 +29,7 @@ class SelectorCache:
     Not thread-safe: use it from one thread (the core is synchronous).
     """
 
-    def __init__(self, *, consumable_capacity: bool = True,
-                 max_programs: int = DEFAULT_PROGRAM_CACHE_SIZE) -> None:
+    def __init__(self, *, consumable_capacity: bool = True, max_programs: int = DEFAULT_PROGRAM_CACHE_SIZE) -> None:
         self._consumable = consumable_capacity
         self._max_programs = max_programs
         self._programs: OrderedDict[str, Program] = OrderedDict()

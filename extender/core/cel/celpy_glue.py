@@ -157,9 +157,7 @@ def runtime_error_text(error: CELEvalError) -> str:
 # --- the generated code --------------------------------------------------------------------------
 
 #: celpy's call of a comprehension macro: redirected to our metered macros (and ``cel.bind``).
-_MACRO_CALL = re.compile(
-    r"celpy\.evaluation\.macro_(\w+)\(activation, '(\w+)', ex_(\d+)_x, ex_(\d+)_l\)"
-)
+_MACRO_CALL = re.compile(r"celpy\.evaluation\.macro_(\w+)\(activation, '(\w+)', ex_(\d+)_x, ex_(\d+)_l\)")
 #: celpy's ``has()`` yields a Python bool; CEL operators want BoolType.
 _HAS_LINE = re.compile(r"^(ex_\d+ = lambda activation: )(not isinstance\(.*\))$")
 #: celpy evaluates both sides of ``&&``/``||`` and both branches of ``?:``; cel-go short-circuits.
@@ -183,9 +181,7 @@ _REWRITES = ("macro", "has", "and", "or", "condition", "result", "library")
 _LEFTOVERS = ("celpy.evaluation.macro_", "celpy.celtypes.logical_", "celpy.evaluation.result(")
 
 #: Exercises every rewrite; true on every correct engine.
-_CANARY = (
-    '([1, 2].all(x, x > 0) && has({"a": 1}.a)) ? !(false || [0].exists(y, y == 1)) : false'
-)
+_CANARY = '([1, 2].all(x, x > 0) && has({"a": 1}.a)) ? !(false || [0].exists(y, y == 1)) : false'
 
 MacroOf = Callable[[lark.Tree], "tuple[str, int] | None"]
 
@@ -262,9 +258,7 @@ class Generator:
         function, _, _ = self._generate(tree, macro_of)
         return function
 
-    def _generate(
-        self, tree: lark.Tree, macro_of: MacroOf
-    ) -> tuple[Callable[[Any], Any], str, dict[str, int]]:
+    def _generate(self, tree: lark.Tree, macro_of: MacroOf) -> tuple[Callable[[Any], Any], str, dict[str, int]]:
         """The function, its source and how often each rewrite matched."""
         try:
             facade = Transpiler(ast=tree, activation=Activation(functions=self._functions))
@@ -293,14 +287,17 @@ class Generator:
     def _rewrite(self, line: str, macros: Mapping[int, tuple[str, int]], counts: dict[str, int]) -> str:
         def macro_call(match: re.Match[str]) -> str:
             macro, cost = macros[int(match.group(3))]
-            return (f"{self._macros[macro]}(activation, '{match.group(2)}', "
-                    f"ex_{match.group(3)}_x, ex_{match.group(4)}_l, {cost})")
+            return (
+                f"{self._macros[macro]}(activation, '{match.group(2)}', "
+                f"ex_{match.group(3)}_x, ex_{match.group(4)}_l, {cost})"
+            )
 
         def library_call(match: re.Match[str]) -> str:
             return self._aliases.get(match.group(), match.group())
 
         line, counts["macro"] = _count(counts["macro"], _MACRO_CALL.subn(macro_call, line))
         line, counts["has"] = _count(counts["has"], _HAS_LINE.subn(r"\1celpy.celtypes.BoolType(\2)", line))
+
         def lazy_logic(match: re.Match[str]) -> str:
             counts[match.group(1)] += 1
             return f"_lazy_{match.group(1)}(activation, {match.group(2)}, {match.group(3)})"

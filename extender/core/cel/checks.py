@@ -27,9 +27,7 @@ class Checker:
 
     def __init__(self, text: str, *, consumable_capacity: bool) -> None:
         self._text = text
-        self._device_fields = DEVICE_FIELDS | (
-            {"allowMultipleAllocations"} if consumable_capacity else set()
-        )
+        self._device_fields = DEVICE_FIELDS | ({"allowMultipleAllocations"} if consumable_capacity else set())
 
     def check(self, tree: lark.Tree) -> None:
         self._visit(tree, {"device": "device"})
@@ -107,7 +105,8 @@ class Checker:
     def _macro(self, node: lark.Tree, method: str, args: list[Any], scope: dict[str, str]) -> None:
         if len(args) == 3 and method in ("all", "exists", "exists_one", "map", "filter"):
             detail = (
-                "map(x, filter, transform)" if method == "map" and bare_ident(args[1]) is None
+                "map(x, filter, transform)"
+                if method == "map" and bare_ident(args[1]) is None
                 else f"two-variable {method}()"
             )
             raise node_error(self._text, node, f"{detail} is not supported by this CEL engine")
@@ -133,21 +132,56 @@ _LITERAL_TYPES = {
 
 
 _RESULT_TYPES = {
-    "size": "int", "int": "int", "uint": "uint", "double": "double", "string": "string",
-    "bytes": "bytes", "bool": "bool",
-    "quantity": "kubernetes.Quantity", "add": "kubernetes.Quantity", "sub": "kubernetes.Quantity",
+    "size": "int",
+    "int": "int",
+    "uint": "uint",
+    "double": "double",
+    "string": "string",
+    "bytes": "bytes",
+    "bool": "bool",
+    "quantity": "kubernetes.Quantity",
+    "add": "kubernetes.Quantity",
+    "sub": "kubernetes.Quantity",
     "semver": "kubernetes.Semver",
-    "compareTo": "int", "sign": "int", "major": "int", "minor": "int", "patch": "int",
-    "asInteger": "int", "asApproximateFloat": "double",
-    "charAt": "string", "lowerAscii": "string", "upperAscii": "string", "replace": "string",
-    "substring": "string", "trim": "string", "format": "string", "quote": "string",
-    "find": "string", "split": "list(string)", "findAll": "list(string)",
-    "isQuantity": "bool", "isSemver": "bool", "isInteger": "bool", "isGreaterThan": "bool",
-    "isLessThan": "bool", "startsWith": "bool", "endsWith": "bool", "matches": "bool",
-    "has": "bool", "hasValue": "bool", "isSorted": "bool", "equivalent": "bool",
-    "intersects": "bool", "all": "bool", "exists": "bool", "exists_one": "bool",
-    "of": "optional_type", "none": "optional_type", "ofNonZeroValue": "optional_type",
-    "__optsel__": "optional_type", "__optindex__": "optional_type",
+    "compareTo": "int",
+    "sign": "int",
+    "major": "int",
+    "minor": "int",
+    "patch": "int",
+    "asInteger": "int",
+    "asApproximateFloat": "double",
+    "charAt": "string",
+    "lowerAscii": "string",
+    "upperAscii": "string",
+    "replace": "string",
+    "substring": "string",
+    "trim": "string",
+    "format": "string",
+    "quote": "string",
+    "find": "string",
+    "split": "list(string)",
+    "findAll": "list(string)",
+    "isQuantity": "bool",
+    "isSemver": "bool",
+    "isInteger": "bool",
+    "isGreaterThan": "bool",
+    "isLessThan": "bool",
+    "startsWith": "bool",
+    "endsWith": "bool",
+    "matches": "bool",
+    "has": "bool",
+    "hasValue": "bool",
+    "isSorted": "bool",
+    "equivalent": "bool",
+    "intersects": "bool",
+    "all": "bool",
+    "exists": "bool",
+    "exists_one": "bool",
+    "of": "optional_type",
+    "none": "optional_type",
+    "ofNonZeroValue": "optional_type",
+    "__optsel__": "optional_type",
+    "__optindex__": "optional_type",
 }
 
 

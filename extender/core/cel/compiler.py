@@ -34,6 +34,7 @@ _FAST_DRIVER = re.compile(
     rf"""\s*(?:device\s*\.\s*driver\s*==\s*(?P<a>{_FAST_LITERAL})|(?P<b>{_FAST_LITERAL})\s*==\s*device\s*\.\s*driver)\s*"""
 )
 
+
 def make_generator(**helpers: Callable[..., Any]) -> Generator:
     """The generator over this package's library; ``helpers`` replace the short-circuit helpers
     (tests use it to inject a fault). Runs the canary: raises ``CelEngineError``."""

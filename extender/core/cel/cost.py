@@ -59,11 +59,32 @@ def charge_size(value: object) -> None:
 
 #: Parse-tree nodes that cost one unit each time they are evaluated.
 COSTED = frozenset(
-    {"member_dot", "member_dot_arg", "member_index", "ident", "dot_ident", "ident_arg",
-     "dot_ident_arg", "literal", "list_lit", "map_lit", "relation_lt", "relation_le",
-     "relation_gt", "relation_ge", "relation_eq", "relation_ne", "relation_in", "addition_add",
-     "addition_sub", "multiplication_mul", "multiplication_div", "multiplication_mod",
-     "unary_not", "unary_neg"}
+    {
+        "member_dot",
+        "member_dot_arg",
+        "member_index",
+        "ident",
+        "dot_ident",
+        "ident_arg",
+        "dot_ident_arg",
+        "literal",
+        "list_lit",
+        "map_lit",
+        "relation_lt",
+        "relation_le",
+        "relation_gt",
+        "relation_ge",
+        "relation_eq",
+        "relation_ne",
+        "relation_in",
+        "addition_add",
+        "addition_sub",
+        "multiplication_mul",
+        "multiplication_div",
+        "multiplication_mod",
+        "unary_not",
+        "unary_neg",
+    }
 )
 
 
@@ -72,8 +93,11 @@ def static_cost(node: Any) -> int:
     by the macros, so they are left out here."""
     if not isinstance(node, lark.Tree):
         return 0
-    cost = 1 if node.data in COSTED or (node.data in ("conditionalor", "conditionaland", "expr")
-                                         and len(node.children) > 1) else 0
+    cost = (
+        1
+        if node.data in COSTED or (node.data in ("conditionalor", "conditionaland", "expr") and len(node.children) > 1)
+        else 0
+    )
     children = list(node.children)
     if node.data == "member_dot_arg" and token(children[1]) in MACROS:
         children = [children[0], *call_args(node, 2)[:1]]

@@ -113,15 +113,14 @@ NAMESPACE_FUNCTIONS: dict[str, frozenset[str]] = {
 
 #: Type names usable as values (``type(x) == string``).
 TYPE_IDENTS = frozenset(
-    {"bool", "bytes", "double", "duration", "int", "list", "map", "null_type", "string",
-     "timestamp", "type", "uint"}
+    {"bool", "bytes", "double", "duration", "int", "list", "map", "null_type", "string", "timestamp", "type", "uint"}
 )
 _NAMESPACE_ONLY = frozenset().union(*NAMESPACE_FUNCTIONS.values()) - {"contains"}
 #: Functions a selector may call by name or as a method.
-KNOWN_FUNCTIONS = frozenset(
-    name
-    for name in (*builtin_names(), *FUNCTIONS)
-    if not name.startswith("_") or name.startswith("__")
-) - _NAMESPACE_ONLY - {"!_", "-_", "list", "map", "null_type"}
+KNOWN_FUNCTIONS = (
+    frozenset(name for name in (*builtin_names(), *FUNCTIONS) if not name.startswith("_") or name.startswith("__"))
+    - _NAMESPACE_ONLY
+    - {"!_", "-_", "list", "map", "null_type"}
+)
 #: The fields of ``device`` (``allowMultipleAllocations`` only with consumable capacity).
 DEVICE_FIELDS = frozenset({"driver", "attributes", "capacity"})

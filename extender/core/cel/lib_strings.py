@@ -246,6 +246,9 @@ def _format_string(value: Any) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{_format_string(k)}: {_format_string(v)}" for k, v in value.items()) + "}"
     if isinstance(value, float):
-        return repr(float(value)) if math.isfinite(value) else ("NaN" if math.isnan(value) else
-                                                                  ("+Inf" if value > 0 else "-Inf"))
+        return (
+            repr(float(value))
+            if math.isfinite(value)
+            else ("NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf"))
+        )
     return str(value)

@@ -91,17 +91,14 @@ def rewrite_optional_syntax(text: str) -> str:
             continue
         if ch == "[" and after < len(text) and text[after] == "?":
             if previous not in ("x", ")", "]", "}"):
-                raise CelCompileError(
-                    "optional list elements ([?x]) are not supported by this CEL engine"
-                )
+                raise CelCompileError("optional list elements ([?x]) are not supported by this CEL engine")
             out.append(".__optindex__(")
             closers.append(")")
             previous, i = "[", after + 1
             continue
         if ch == "?" and previous in ("{", ","):
             raise CelCompileError(
-                "optional entries in list or map literals ([?x], {?k: v}) are not supported "
-                "by this CEL engine"
+                "optional entries in list or map literals ([?x], {?k: v}) are not supported by this CEL engine"
             )
         if ch in "([{":
             closers.append({"(": ")", "[": "]", "{": "}"}[ch])

@@ -44,8 +44,18 @@ def bare_ident(node: Any) -> str | None:
 
 
 WRAPPERS = frozenset(
-    {"expr", "conditionalor", "conditionaland", "relation", "addition", "multiplication",
-     "unary", "member", "primary", "paren_expr"}
+    {
+        "expr",
+        "conditionalor",
+        "conditionaland",
+        "relation",
+        "addition",
+        "multiplication",
+        "unary",
+        "member",
+        "primary",
+        "paren_expr",
+    }
 )
 
 
@@ -66,9 +76,32 @@ def call_args(node: lark.Tree, index: int) -> list[Any]:
 #: Every grammar rule the package's tree walkers name (tests/core/test_cel_engine.py checks that
 #: the walkers name no other, the engine checks celpy's grammar defines them all).
 RULES_USED = WRAPPERS | frozenset(
-    {"ident", "dot_ident", "ident_arg", "dot_ident_arg", "member_dot", "member_dot_arg",
-     "member_object", "member_index", "exprlist", "literal", "list_lit", "map_lit", "unary_not",
-     "unary_neg", "relation_lt", "relation_le", "relation_gt", "relation_ge", "relation_eq",
-     "relation_ne", "relation_in", "addition_add", "addition_sub", "multiplication_mul",
-     "multiplication_div", "multiplication_mod"}
+    {
+        "ident",
+        "dot_ident",
+        "ident_arg",
+        "dot_ident_arg",
+        "member_dot",
+        "member_dot_arg",
+        "member_object",
+        "member_index",
+        "exprlist",
+        "literal",
+        "list_lit",
+        "map_lit",
+        "unary_not",
+        "unary_neg",
+        "relation_lt",
+        "relation_le",
+        "relation_gt",
+        "relation_ge",
+        "relation_eq",
+        "relation_ne",
+        "relation_in",
+        "addition_add",
+        "addition_sub",
+        "multiplication_mul",
+        "multiplication_div",
+        "multiplication_mod",
+    }
 )

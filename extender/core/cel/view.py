@@ -127,8 +127,7 @@ class ViewBuilder:
         dict.__setitem__(fields, "attributes", attributes)
         dict.__setitem__(fields, "capacity", capacity)
         if self._consumable:
-            dict.__setitem__(fields, "allowMultipleAllocations",
-                             TRUE if device.allow_multiple_allocations else FALSE)
+            dict.__setitem__(fields, "allowMultipleAllocations", TRUE if device.allow_multiple_allocations else FALSE)
         return Scope({"device": fields})
 
     def _split(self, name: str) -> tuple[str, str]:

@@ -97,6 +97,7 @@ def decode_device_class(raw: object, *, api_version: str | None = None) -> Devic
             ),
             extended_resource_name=optional_string(spec.get("extendedResourceName"), "spec.extendedResourceName"),
             resource_version=string(meta.get("resourceVersion"), "metadata.resourceVersion"),
+            creation_timestamp=string(meta.get("creationTimestamp"), "metadata.creationTimestamp"),
             suitable_nodes=_suitable_nodes(spec, version),
         )
 

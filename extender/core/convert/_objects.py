@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from extender.core.errors import InvalidObject
+from extender.core.extended import scalar_allocatable
 from extender.core.model import (
     DeviceClass,
     NodeInfo,
@@ -44,7 +45,9 @@ def decode_node(raw: object) -> NodeInfo:
         raise InvalidObject(f"expected kind Node, got {kind!r}", path="kind", obj="Node")
     meta, name, _ = object_name(body, "Node", namespaced=False)
     with reported_as(f"Node {name}"):
-        return NodeInfo(name=name, labels=string_map(meta.get("labels"), "metadata.labels"))
+        status = body.get("status")
+        allocatable = scalar_allocatable(status.get("allocatable")) if isinstance(status, dict) else {}
+        return NodeInfo(name=name, labels=string_map(meta.get("labels"), "metadata.labels"), allocatable=allocatable)
 
 
 def decode_node_selector(raw: object) -> NodeSelector:

@@ -44,7 +44,10 @@ def events(fake: FakeApiServer) -> list[dict[str, Any]]:
 
 def recorder(client: KubeClient, clock: Clock | None = None, **settings: Any) -> EventRecorder:
     return EventRecorder(
-        lambda: client, component="dra-extender", instance="test", settings=EventSettings(**settings),
+        lambda: client,
+        component="dra-extender",
+        instance="test",
+        settings=EventSettings(**settings),
         clock=clock or Clock(),
     )
 
@@ -55,7 +58,11 @@ async def test_a_repeated_event_is_counted_on_the_first(fake: FakeApiServer, cli
     [event] = events(fake)
     assert event["count"] == 2 and event["type"] == "Warning" and event["reason"] == "FailedBinding"
     assert event["involvedObject"] == {
-        "apiVersion": "v1", "kind": "Pod", "namespace": "default", "name": "p1", "uid": "uid-p1"
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": "default",
+        "name": "p1",
+        "uid": "uid-p1",
     }
     assert [r.method for r in fake.requests_to(None, "/events")] == ["POST", "PATCH"]
     assert rec.written == 2 and rec.dropped == 0
