@@ -217,6 +217,13 @@ def _non_negative_float(text: str) -> float:
     return value
 
 
+def _at_least_one(text: str) -> float:
+    value = float(text)
+    if not value >= 1:
+        raise ValueError("must be at least 1 second")
+    return value
+
+
 def _add_serve(commands: Any) -> None:
     serve = commands.add_parser(
         "serve",
@@ -308,6 +315,14 @@ def _add_serve(commands: Any) -> None:
         "how long a bind waits for the resourceclaim controller to create the pod's template claims "
         "(default %(default)s)",
         type=_checked(_non_negative_float),
+    )
+    option(
+        "--binding-timeout-seconds",
+        "600",
+        "how long a pod's allocated devices may wait for their binding conditions (KEP-5007) before "
+        "they are deallocated and the pod scheduled afresh, as kube-scheduler's bindingTimeout "
+        "(default %(default)s; at least 1)",
+        type=_checked(_at_least_one),
     )
     option(
         "--filter-timeout-seconds",
@@ -452,6 +467,7 @@ def _serve(args: argparse.Namespace) -> int:
         on_rejected=on_rejected,
         hold_seconds=args.hold_seconds,
         claim_wait_seconds=args.claim_wait_seconds,
+        binding_timeout_seconds=args.binding_timeout_seconds,
         bind_deadline_seconds=args.bind_deadline_seconds,
         filter_timeout_seconds=args.filter_timeout_seconds,
         preemption=args.device_preemption,

@@ -47,6 +47,15 @@ from extender.core.errors import (
 from extender.core.extended import CANNOT_FIT_RESOURCE
 from extender.core.model import AllocationResult
 from extender.state import cooperative
+from extender.state.binding_conditions import (
+    DEFAULT_BINDING_TIMEOUT_SECONDS,
+    PENDING_REASON,
+    BindingConditionsPending,
+    binding_verdict,
+    deallocate_unbindable,
+    has_binding_conditions,
+    pending_message,
+)
 from extender.state.claim_writes import Written, roll_back, write_allocation, write_reservation
 from extender.state.claims import PodClaims, pod_identity, reserved_for
 from extender.state.classic import ClassicNegotiator
@@ -113,6 +122,7 @@ class Binder:
         stats: ServiceStats,
         *,
         claim_wait_seconds: float,
+        binding_timeout_seconds: float = DEFAULT_BINDING_TIMEOUT_SECONDS,
         deadline_seconds: float = DEFAULT_BIND_DEADLINE_SECONDS,
         binding: set[str],
         classic: ClassicNegotiator | None = None,
@@ -126,6 +136,7 @@ class Binder:
         self.holds = holds
         self.stats = stats
         self.claim_wait_seconds = claim_wait_seconds
+        self.binding_timeout_seconds = binding_timeout_seconds
         self.deadline_seconds = deadline_seconds
         self.binding = binding
         self.classic = classic if classic is not None else ClassicNegotiator(cluster)
@@ -376,6 +387,8 @@ class Binder:
                             await record_extended_status(
                                 self.backend, pod, claims, claim.name, self.store.node(decision.node)
                             )
+                    step = "binding conditions"
+                    await self._check_binding_conditions(decision, [r.claim_key for r in written])
                     step = "the binding"
                     await self._bind_pod(namespace, name, uid, decision.node, deadline)
             except TimeoutError:
@@ -397,6 +410,9 @@ class Binder:
                 if step == "the binding":
                     keep_writes = True
                 raise
+            except BindingConditionsPending:
+                keep_writes = True  # the allocation waits for the devices; the next attempt binds
+                raise
         except Exception:
             if not keep_writes:
                 await self._roll_back(written, uid, deadline)
@@ -404,6 +420,43 @@ class Binder:
                     if record_.created:  # its entry moved to the created claim's key
                         self.ledger.drop(record_.claim_key, pod_uid=uid)
             raise
+
+    async def _check_binding_conditions(self, decision: _Decision, keys: list[str]) -> None:
+        """After the claim writes: the pod is bound only once every binding condition of its
+        devices is met (``binding_conditions.py``). A failure or the timeout deallocates the claims
+        concerned (reserved for this pod alone) and fails the bind; conditions still pending record
+        the pod's ``nominatedNodeName`` and a ``BindingConditionsPending`` Event and answer
+        ``BindingConditionsPending``, the writes kept."""
+        claims = [c for key in keys if (c := self.store.claims.get(key)) is not None]
+        if not has_binding_conditions(claims):
+            return
+        verdicts = [
+            (
+                claim,
+                binding_verdict(
+                    claim, self.store.raw_claims.get(claim.key) or {}, timeout_seconds=self.binding_timeout_seconds
+                ),
+            )
+            for claim in claims
+        ]
+        if all(v.ready for _, v in verdicts):
+            self.stats.binding_conditions_met += 1
+            return
+        namespace, name, uid = pod_identity(decision.pod)
+        failed = [(claim, v) for claim, v in verdicts if v.failed]
+        if failed:
+            for claim, verdict in failed:
+                await deallocate_unbindable(self.backend, claim, uid, verdict)
+            raise Transient(failed[0][1].failed, claim=failed[0][0].key, node=decision.node)
+        self.stats.binding_conditions_pending += 1
+        message = pending_message(decision.node)
+        self.backend.record_event(namespace, name, uid, kind="Normal", reason=PENDING_REASON, message=message)
+        if (decision.pod.get("status") or {}).get("nominatedNodeName") != decision.node:
+            try:
+                await self.backend.set_nominated_node(namespace, name, uid, decision.node)
+            except ExtenderError as exc:  # as kube-scheduler: logged, the wait goes on
+                log.warning("bind.nominate_failed", pod=f"{namespace}/{name}", reason=exc.reason)
+        raise BindingConditionsPending(message, node=decision.node)
 
     async def _bind_pod(self, namespace: str, name: str, uid: str, node: str, deadline: float) -> None:
         """The binding; a refusal or a lost answer is looked into (before ``deadline``): the pod

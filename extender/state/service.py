@@ -27,16 +27,23 @@ from typing import Any
 
 import structlog
 
-from extender.core.answers import NOT_SYNCED
+from extender.core.answers import NOT_AVAILABLE, NOT_SYNCED
 from extender.core.budget import DEFAULT_FILTER_TIMEOUT_SECONDS
 from extender.core.cel import CelCompileError
 from extender.core.errors import ExtenderError, NotSynced, PodUnschedulable
 from extender.core.extended import CANNOT_SCHEDULE_EXTENDED_CLAIM
-from extender.core.model import Features
+from extender.core.model import Features, ResourceClaim
 from extender.core.scoring import TOPOLOGY, ScoringPolicy, scores_by_value
 from extender.state import cooperative
 from extender.state.backend import Backend
 from extender.state.binding import DEFAULT_BIND_DEADLINE_SECONDS, DEFAULT_CLAIM_WAIT_SECONDS, Binder, ledger_ttl
+from extender.state.binding_conditions import (
+    DEFAULT_BINDING_TIMEOUT_SECONDS,
+    BindingVerdict,
+    binding_verdict,
+    deallocate_unbindable,
+    has_binding_conditions,
+)
 from extender.state.claim_writes import DELETE_PROTECTION_FINALIZER
 from extender.state.claims import PodClaims, pod_identity, stale_extended_claim
 from extender.state.classic import ClassicNegotiator
@@ -82,6 +89,7 @@ class SchedulingService:
         on_rejected: Callable[[Mapping[str, Any]], None] | None = None,
         hold_seconds: float = DEFAULT_HOLD_SECONDS,
         claim_wait_seconds: float = DEFAULT_CLAIM_WAIT_SECONDS,
+        binding_timeout_seconds: float = DEFAULT_BINDING_TIMEOUT_SECONDS,
         bind_deadline_seconds: float = DEFAULT_BIND_DEADLINE_SECONDS,
         filter_timeout_seconds: float = DEFAULT_FILTER_TIMEOUT_SECONDS,
         preemption: bool = True,
@@ -91,9 +99,11 @@ class SchedulingService:
         """``on_rejected`` is told of every pod that no offered node fits (the kube backend uses it
         to requeue such pods quickly once devices free up). ``hold_seconds`` > 0 turns on the
         tentative holds and prioritize's one best node (docs/pipeline.md); ``claim_wait_seconds``
-        is how long a bind waits for template claims that do not exist yet, ``bind_deadline_seconds``
-        the whole time a bind may take (and, through ``ledger_ttl``, how long in-flight entries
-        live unless a ``ledger`` is given), ``filter_timeout_seconds`` each node's search budget
+        is how long a bind waits for template claims that do not exist yet,
+        ``binding_timeout_seconds`` how long allocated devices may wait for their binding conditions
+        (``binding_conditions.py``), ``bind_deadline_seconds`` the whole time a bind may take (and,
+        through ``ledger_ttl``, how long in-flight entries live unless a ``ledger`` is given),
+        ``filter_timeout_seconds`` each node's search budget
         (upstream's ``filterTimeout``; 0: none); ``preemption`` turns device-aware preemption on
         (``preemption.py``); the preempt verb decides within 80 % of ``preempt_timeout_seconds``
         (``preempt_verb.py``). ``clock`` (monotonic seconds) times the searches, the in-flight
@@ -129,6 +139,7 @@ class SchedulingService:
             self.holds,
             self.stats,
             claim_wait_seconds=claim_wait_seconds,
+            binding_timeout_seconds=binding_timeout_seconds,
             deadline_seconds=bind_deadline_seconds,
             binding=binding,
             classic=self.classic,
@@ -166,6 +177,9 @@ class SchedulingService:
             claims = self.cluster.claims(pod)
             if not claims.all and not claims.classic:
                 return FilterOutcome(list(node_names))
+            if claims.allocated and self._unbindable(claims):
+                # as upstream's Filter: such a claim is not available on any node (then deallocated)
+                return FilterOutcome([], unresolvable=dict.fromkeys(node_names, NOT_AVAILABLE))
             verdicts = None
             if claims.all:
                 candidates = self.verdicts.candidates(node_names)
@@ -218,6 +232,9 @@ class SchedulingService:
             return await self._delete_stale_claim(pod, outcome)
         if outcome.node_names or outcome.error or not node_names:
             return outcome
+        unbindable = await self._deallocate_unbindable(pod)
+        if unbindable is not None:
+            return unbindable
         stuck = stuck_claim(self.cluster, pod, node_names)
         if stuck is None:
             return await self._preempt(pod, outcome, node_names)
@@ -231,6 +248,43 @@ class SchedulingService:
         if stuck.classic:
             return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck.key} requested")
         return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck.key} completed")
+
+    def _unbindable(self, claims: PodClaims) -> list[tuple[ResourceClaim, BindingVerdict]]:
+        """The pod's allocated claims whose devices failed binding or timed out waiting for their
+        binding conditions (``binding_conditions.py``)."""
+        if not has_binding_conditions(claims.allocated):
+            return []
+        found = []
+        for claim in claims.allocated:
+            verdict = binding_verdict(
+                claim, self.store.raw_claims.get(claim.key) or {}, timeout_seconds=self.binder.binding_timeout_seconds
+            )
+            if verdict.failed:
+                found.append((claim, verdict))
+        return found
+
+    async def _deallocate_unbindable(self, pod: Mapping[str, Any]) -> FilterOutcome | None:
+        """No node fits because a claim's devices failed binding or timed out: the claim is
+        deallocated (upstream's PostFilter) and ``Error`` answered so that the next attempt
+        allocates afresh; None when the pod has no such claim."""
+        try:
+            pod = self.cluster.pod(pod)
+            unbindable = self._unbindable(self.cluster.claims(pod, from_templates=False))
+        except ExtenderError:
+            return None
+        if not unbindable:
+            return None
+        try:
+            await self.backend.ensure_leader()
+        except ExtenderError as exc:
+            return FilterOutcome([], error=f"claim {unbindable[0][0].key} must be deallocated, but {exc.reason}")
+        uid = pod_identity(pod)[2]
+        done = [
+            claim.key for claim, verdict in unbindable if await deallocate_unbindable(self.backend, claim, uid, verdict)
+        ]
+        if not done:
+            return None
+        return FilterOutcome([], error=f"deallocation of ResourceClaim {done[0]} completed ({unbindable[0][1].failed})")
 
     async def _delete_stale_claim(self, pod: Mapping[str, Any], outcome: FilterOutcome) -> FilterOutcome:
         """The pod's extended-resource claim an earlier attempt left behind is deleted (upstream's

@@ -23,6 +23,9 @@ class ServiceStats:
     holds_settled: int = 0
     #: binds that waited for the resourceclaim controller, and the seconds they waited
     claim_waits: int = 0
+    #: Binds whose devices' binding conditions were all met / not yet met (KEP-5007).
+    binding_conditions_met: int = 0
+    binding_conditions_pending: int = 0
     claim_wait_seconds: float = 0.0
 
     def count_hold(self, outcome: str, n: int = 1) -> None:

@@ -78,6 +78,11 @@ async def test_every_operation_checks_the_injector(operation: str) -> None:
         "apply_scheduling_context": lambda: backend.apply_scheduling_context(CONTEXT),
         "delete_scheduling_context": lambda: backend.delete_scheduling_context("default", "pod-0"),
         "evict_pod": lambda: backend.evict_pod("default", "pod-0", ""),
+        "create_claim": lambda: backend.create_claim(
+            {**current, "metadata": {"generateName": "x-", "namespace": "default"}}
+        ),
+        "remove_claim": lambda: backend.remove_claim("default", "claim-0", ""),
+        "patch_pod_status": lambda: backend.patch_pod_status("default", "pod-0", "", {"nominatedNodeName": "node-1"}),
     }
     with pytest.raises(ApiUnavailable, match=f"{operation} failed"):
         await calls[operation]()

@@ -1,0 +1,148 @@
+"""Device binding conditions (KEP-5007) in the service, on the embedded backend: the bind writes the
+allocation with the devices' conditions, records ``nominatedNodeName`` and a
+``BindingConditionsPending`` Event and answers ``BindingConditionsPending`` without binding; the
+next bind binds once the driver has set the conditions; a failure condition or the binding timeout
+deallocates the claim at the pod's next filter (docs/binding-conditions.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from extender.backends.embedded import EmbeddedBackend
+from extender.core.answers import NOT_AVAILABLE
+from extender.core.errors import Transient
+from extender.state.binding_conditions import BindingConditionsPending
+from extender.state.service import SchedulingService
+from tests.manifests import claim, gpu_class, node, pod
+
+NODES = ["node-1", "node-2"]
+UID = "uid-p"
+
+
+def fabric_slice(node_name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node_name}-fabric"},
+        "spec": {
+            "driver": "gpu.example.com",
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": "gpu-0",
+                    "bindsToNode": True,
+                    "bindingConditions": ["example.com/attached"],
+                    "bindingFailureConditions": ["example.com/failed"],
+                }
+            ],
+        },
+    }
+
+
+def service(**options: Any) -> tuple[SchedulingService, EmbeddedBackend]:
+    objects = [gpu_class(), node("node-1"), node("node-2"), fabric_slice("node-1"), claim("c"), pod("p", "c", uid=UID)]
+    backend = EmbeddedBackend(copy.deepcopy(objects))
+    return SchedulingService(backend=backend, **options), backend
+
+
+def driver_reports(backend: EmbeddedBackend, condition: str, status: str = "True") -> None:
+    """The driver's part: a condition on the claim's ``status.devices`` entry of the device."""
+    stored = backend.get("ResourceClaim", "default", "c")
+    assert stored is not None
+    stored["status"]["devices"] = [
+        {
+            "driver": "gpu.example.com",
+            "pool": "node-1",
+            "device": "gpu-0",
+            "conditions": [
+                {
+                    "type": condition,
+                    "status": status,
+                    "reason": "Reported",
+                    "message": f"{condition} is {status}",
+                    "lastTransitionTime": "2026-12-02T00:00:00Z",
+                }
+            ],
+        }
+    ]
+    backend.apply(stored)
+
+
+def test_the_pod_waits_unbound_with_its_devices_allocated_until_the_driver_attaches_them() -> None:
+    svc, backend = service()
+    assert svc.filter(pod("p", "c", uid=UID), NODES).node_names == ["node-1"]
+    with pytest.raises(BindingConditionsPending, match="waiting for binding conditions for device on node node-1"):
+        asyncio.run(svc.bind("default", "p", UID, "node-1"))
+    stored = backend.get("ResourceClaim", "default", "c")
+    assert stored is not None
+    (result,) = stored["status"]["allocation"]["devices"]["results"]
+    assert result["bindingConditions"] == ["example.com/attached"]
+    assert result["bindingFailureConditions"] == ["example.com/failed"]
+    assert stored["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]["values"] == [
+        "node-1"
+    ]
+    assert stored["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": UID}]
+    live = backend.get("Pod", "default", "p")
+    assert live is not None and not live["spec"].get("nodeName")
+    assert live["status"]["nominatedNodeName"] == "node-1"
+    assert (
+        "default/p",
+        "Normal",
+        "BindingConditionsPending",
+        "waiting for binding conditions for device on node node-1",
+    ) in backend.events
+    # the next attempt: the claim pins the pod to node-1, and it still waits
+    assert svc.filter(pod("p", "c", uid=UID), NODES).node_names == ["node-1"]
+    with pytest.raises(BindingConditionsPending):
+        asyncio.run(svc.bind("default", "p", UID, "node-1"))
+    driver_reports(backend, "example.com/attached")
+    asyncio.run(svc.bind("default", "p", UID, "node-1"))
+    live = backend.get("Pod", "default", "p")
+    assert live is not None and live["spec"]["nodeName"] == "node-1"
+    assert svc.stats.binding_conditions_pending == 2 and svc.stats.binding_conditions_met == 1
+
+
+def test_a_failure_condition_deallocates_the_claim_and_the_pod_is_scheduled_again() -> None:
+    svc, backend = service()
+    with pytest.raises(BindingConditionsPending):
+        asyncio.run(svc.bind("default", "p", UID, "node-1"))
+    driver_reports(backend, "example.com/failed")
+    with pytest.raises(
+        Transient, match=r'device binding failed: claim=c, reason=Reported, message="example.com/failed is True"'
+    ):
+        asyncio.run(svc.bind("default", "p", UID, "node-1"))
+    assert "allocation" not in backend.get("ResourceClaim", "default", "c")["status"]  # type: ignore[index]
+    live = backend.get("Pod", "default", "p")
+    assert live is not None and not live["spec"].get("nodeName")
+    # allocated afresh at the next attempt
+    assert svc.filter(pod("p", "c", uid=UID), NODES).node_names == ["node-1"]
+
+
+def test_at_the_next_filter_a_failed_claim_is_unavailable_everywhere_and_deallocated() -> None:
+    svc, backend = service()
+    with pytest.raises(BindingConditionsPending):
+        asyncio.run(svc.bind("default", "p", UID, "node-1"))
+    driver_reports(backend, "example.com/failed")
+    assert svc.filter(pod("p", "c", uid=UID), NODES).unresolvable == dict.fromkeys(NODES, NOT_AVAILABLE)
+    outcome = asyncio.run(svc.filter_and_recover(pod("p", "c", uid=UID), NODES))
+    assert outcome.error.startswith("deallocation of ResourceClaim default/c completed (device binding failed")
+    stored = backend.get("ResourceClaim", "default", "c")
+    assert stored is not None and not {"allocation", "reservedFor", "devices"} & stored["status"].keys()
+
+
+def test_devices_that_wait_past_the_binding_timeout_are_deallocated() -> None:
+    svc, backend = service(binding_timeout_seconds=60)
+    with pytest.raises(BindingConditionsPending):
+        asyncio.run(svc.bind("default", "p", UID, "node-1"))
+    stored = backend.get("ResourceClaim", "default", "c")
+    assert stored is not None
+    stored["status"]["allocation"]["allocationTimestamp"] = "2020-01-01T00:00:00Z"  # long ago
+    backend.apply(stored)
+    outcome = asyncio.run(svc.filter_and_recover(pod("p", "c", uid=UID), NODES))
+    assert outcome.error == "deallocation of ResourceClaim default/c completed (device binding timeout: claim=c)"
+    assert "allocation" not in backend.get("ResourceClaim", "default", "c")["status"]  # type: ignore[index]
