@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from extender.core.allocator import Allocation, Allocator, taint_blocks
 from extender.core.answers import CANNOT_ALLOCATE, Unresolvable
@@ -337,6 +337,8 @@ class _Tally:
     selector_matches: int = 0
     free: int = 0
     taint: int = 0
+    #: The blocking taints, as ``key=value:Effect``, in the order first met.
+    taints: dict[str, None] = field(default_factory=dict)
     counters: int = 0
     capacity: int = 0
     usable: int = 0
@@ -479,8 +481,11 @@ class _Counter:
         if self._counters_exhausted(entry, available):
             tally.counters += 1
             blocked = True
-        if features.device_taints and taint_blocks(device.taints, spec.tolerations) is not None:
+        blocking = taint_blocks(device.taints, spec.tolerations) if features.device_taints else None
+        if blocking is not None:
             tally.taint += 1
+            value = f"={blocking.value}" if blocking.value else ""
+            tally.taints[f"{blocking.key}{value}:{blocking.effect}"] = None
             blocked = True
         if not capacity_ok:
             tally.capacity += 1
@@ -636,7 +641,7 @@ def _blocked_parts(t: _Tally, *, include_capacity: bool) -> str:
     """E.g. "untolerated taints: 1, exhausted shared counters: 2"."""
     parts = []
     if t.taint:
-        parts.append(f"untolerated taints: {t.taint}")
+        parts.append(f"untolerated taints: {t.taint} ({', '.join(t.taints)})")
     if t.counters:
         parts.append(f"exhausted shared counters: {t.counters}")
     if t.capacity and include_capacity:

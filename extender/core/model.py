@@ -183,6 +183,19 @@ class DeviceTaint:
     time_added: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceTaintRule:
+    """A DeviceTaintRule (resource.k8s.io/v1beta2, v1alpha3; gate DRADeviceTaintRules): ``taint``
+    applies to every device its selector matches (a field left out matches everything)."""
+
+    name: str
+    driver: str | None = None
+    pool: str | None = None
+    device: str | None = None
+    taint: DeviceTaint
+    resource_version: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceToleration:
     key: str = ""

@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 
 from extender.core.errors import ExtenderError, Transient
-from extender.core.model import ResourceClaim
+from extender.core.model import DeviceResult, ResourceClaim
 from extender.state.backend import Backend
 from extender.state.claim_writes import deallocate
 
@@ -42,6 +42,7 @@ __all__ = [
     "deallocate_unbindable",
     "has_binding_conditions",
     "pending_message",
+    "waiting_for",
 ]
 
 #: ``DynamicResourcesArgs.bindingTimeout``'s default in 1.36.
@@ -135,6 +136,15 @@ def binding_verdict(
     if started is not None and started + timeout_seconds < current:
         return BindingVerdict(ready=False, failed=f"device binding timeout: claim={claim.name}", timed_out=True)
     return BindingVerdict(ready=False)
+
+
+def waiting_for(result: DeviceResult, raw_claim: Mapping[str, Any]) -> tuple[str, ...]:
+    """The binding conditions of one allocated device not ``True`` yet (all of them while the
+    driver has reported nothing); () for a device without any (the device map's "binding")."""
+    if not result.binding_conditions:
+        return ()
+    conditions = _conditions(raw_claim, result.driver, result.pool, result.device) or {}
+    return tuple(k for k in result.binding_conditions if (conditions.get(k) or {}).get("status") != "True")
 
 
 def has_binding_conditions(claims: Iterable[ResourceClaim]) -> bool:

@@ -47,6 +47,7 @@ from extender.core.pools import CounterKey, DeviceEntry, NodeView, Pool, PoolNod
 from extender.core.quantity import Quantity
 from extender.state import cooperative
 from extender.state import why as why_module
+from extender.state.binding_conditions import waiting_for
 from extender.state.claims import pod_priority
 from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
@@ -109,6 +110,9 @@ class Holder:
     request: str
     admin_access: bool
     kind: str
+    #: An allocated device's binding conditions not met yet (KEP-5007): its pod is not bound until
+    #: they are, and the page shows the device as ``binding``.
+    waiting: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -207,6 +211,9 @@ def device_use(
     much of its consumable capacity they use; for a free partition whose counter set its siblings
     have used up, that it cannot be allocated now and why; else nothing."""
     device = entry.device
+    waiting = sorted({condition for h in holders for condition in h.waiting})
+    if state == "binding" and waiting:
+        return f"waiting for {', '.join(waiting)}"
     if device.allow_multiple_allocations:
         claims = len({h.claim for h in holders if not h.admin_access})
         if not claims:
@@ -599,9 +606,12 @@ class DeviceMap:
             devices: list[DeviceID] = []
             if claim.allocation is not None:
                 pods = tuple(f"{claim.namespace}/{ref.name}" for ref in claim.reserved_for if ref.resource == "pods")
+                raw = self.store.raw_claims.get(key) or {}
                 for result in claim.allocation.devices:
                     device = result.device_id
-                    holder = Holder(key, pods, result.request, result.admin_access, "allocated")
+                    waiting = waiting_for(result, raw)
+                    kind = "binding" if waiting else "allocated"
+                    holder = Holder(key, pods, result.request, result.admin_access, kind, waiting)
                     self._holders.setdefault(device, []).append(holder)
                     devices.append(device)
                     touched.add(device)

@@ -9,6 +9,9 @@ it decodes each object once, at ingest, and keeps:
   drops the memoised pools of the nodes it concerns, so a warm filter stays warm;
 - the ``AllocatedState`` of every allocated claim, updated claim by claim (``AllocationIndex``);
 - the shared ``SelectorCache``, told to forget a slice as soon as the slice is replaced;
+- DeviceTaintRules, applied to the slices they match (``extender.core.taint_rules``): ``slices``
+  holds each slice with the rules' taints, ``unpatched_slices`` as its driver published it, and a
+  rule's change re-applies the rules to the slices of its driver and pool only;
 - the ``FitCache`` of remembered per-node verdicts, told exactly what each change may affect, and
   each claim's spec as canonical bytes (``claim_specs``), the key of a pod shape there.
 
@@ -33,6 +36,7 @@ from extender.core.model import (
     DeviceClass,
     DeviceID,
     DeviceResult,
+    DeviceTaintRule,
     NodeInfo,
     PodSchedulingContext,
     ResourceClaim,
@@ -43,6 +47,7 @@ from extender.core.model import (
 from extender.core.pools import SliceSnapshot
 from extender.core.preemption import Budget
 from extender.core.quantity import Quantity
+from extender.core.taint_rules import apply_taint_rules, rule_touches
 from extender.state.fits import FitCache
 
 __all__ = ["KINDS", "AllocationIndex", "ObjectStore", "object_key"]
@@ -57,6 +62,7 @@ KINDS = (
     "Pod",
     "PodSchedulingContext",
     "PodDisruptionBudget",
+    "DeviceTaintRule",
 )
 _NAMESPACED = frozenset(
     {"ResourceClaim", "ResourceClaimTemplate", "Pod", "PodSchedulingContext", "PodDisruptionBudget"}
@@ -233,7 +239,11 @@ class ObjectStore:
         self.raw_templates: dict[str, dict[str, Any]] = {}
         #: Per template key: the spec key (``_spec_key``) of the claims it makes.
         self.template_specs: dict[str, bytes] = {}
+        #: Each slice with the DeviceTaintRules' taints on its devices (what every decision reads).
         self.slices: dict[str, ResourceSlice] = {}
+        #: Each slice as published; the same object as in ``slices`` where no rule matches it.
+        self.unpatched_slices: dict[str, ResourceSlice] = {}
+        self.taint_rules: dict[str, DeviceTaintRule] = {}
         self.nodes: dict[str, NodeInfo] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         #: PodDisruptionBudgets (policy/v1), decoded for device-aware preemption's choice.
@@ -316,8 +326,14 @@ class ObjectStore:
                 self.template_specs[key] = template_spec
         elif isinstance(obj, ResourceSlice):
             old = self.slices.get(key)
-            self.slices[key] = obj
-            self._slice_changed(old, obj)
+            self.unpatched_slices[key] = obj
+            patched = apply_taint_rules(obj, self.taint_rules.values()) if self.taint_rules else obj
+            self.slices[key] = patched
+            self._slice_changed(old, patched)
+        elif isinstance(obj, DeviceTaintRule):
+            previous = self.taint_rules.get(key)
+            self.taint_rules[key] = obj
+            self._rules_changed(previous, obj)
         elif isinstance(obj, PodSchedulingContext):
             self.scheduling_contexts[key] = obj
             self.raw_scheduling_contexts[key] = raw
@@ -401,9 +417,14 @@ class ObjectStore:
             self.raw_templates.pop(key, None)
             self.template_specs.pop(key, None)
         elif kind == "ResourceSlice":
+            self.unpatched_slices.pop(key, None)
             old = self.slices.pop(key, None)
             if old is not None:
                 self._slice_changed(old, None)
+        elif kind == "DeviceTaintRule":
+            gone = self.taint_rules.pop(key, None)
+            if gone is not None:
+                self._rules_changed(gone, None)
         elif kind == "Node" and self.nodes.pop(key, None) is not None:
             self.fits.drop_nodes((key,))
 
@@ -428,6 +449,7 @@ class ObjectStore:
             "ResourceClaim": self.claims,
             "ResourceClaimTemplate": self.templates,
             "ResourceSlice": self.slices,
+            "DeviceTaintRule": self.taint_rules,
             "Node": self.nodes,
             "PodSchedulingContext": self.scheduling_contexts,
             "PodDisruptionBudget": self.budgets,
@@ -463,6 +485,17 @@ class ObjectStore:
         """Count (or stop counting) an allocation a bind decided but the store does not show yet:
         ``in_use_state`` includes it. The in-flight ledger calls this for every entry."""
         self.fits.drop_devices(self._in_use.set(f"in-flight:{claim_key}", allocation))
+
+    def _rules_changed(self, old: DeviceTaintRule | None, new: DeviceTaintRule | None) -> None:
+        """Re-apply the rules to the slices the changed rule matched or matches now."""
+        for key, published in self.unpatched_slices.items():
+            if not any(rule is not None and rule_touches(rule, published) for rule in (old, new)):
+                continue
+            before = self.slices[key]
+            after = apply_taint_rules(published, self.taint_rules.values())
+            if after is not before:
+                self.slices[key] = after
+                self._slice_changed(before, after)
 
     def _slice_changed(self, old: ResourceSlice | None, new: ResourceSlice | None) -> None:
         if old is not None:

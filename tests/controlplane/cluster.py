@@ -39,10 +39,14 @@ from .pki import KeyPair, Pki, make_pki
 
 __all__ = ["ControlPlane", "ControlPlaneError", "Options", "free_port"]
 
-#: The DRA gates of 1.36 (all on by default there; DRAAdminAccess and DRAPrioritizedList are GA).
+#: The DRA gates of 1.36 (all on by default there; DRAAdminAccess and DRAPrioritizedList are GA),
+#: plus DRADeviceTaintRules (beta, off by default): the API server serves DeviceTaintRules in
+#: v1beta2 and kube-controller-manager's taint eviction reads them. Only the taint rule tests create
+#: rules; a kube-scheduler that should apply them gets the gate itself (``TAINT_RULES_GATE``).
+TAINT_RULES_GATE = "DRADeviceTaintRules=true"
 FEATURE_GATES = (
     "DRAConsumableCapacity=true,DRAPartitionableDevices=true,DRADeviceTaints=true,DRAPrioritizedList=true,"
-    "DRAAdminAccess=true,DRAResourceClaimDeviceStatus=true"
+    f"DRAAdminAccess=true,DRAResourceClaimDeviceStatus=true,{TAINT_RULES_GATE}"
 )
 RUNTIME_CONFIG = "resource.k8s.io/v1=true,resource.k8s.io/v1beta1=true,resource.k8s.io/v1beta2=true"
 #: How long a component may take to become healthy: a bound against a hang, never a measure.

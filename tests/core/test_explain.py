@@ -210,7 +210,9 @@ def test_untolerated_taint_blocks_and_a_toleration_lifts_it() -> None:
     request = only_request(explain(claim(exact()), slices))
     assert request.verdict == VERDICT_BLOCKED
     assert (request.free, request.blocked_by_taint, request.usable) == (1, 1, 0)
-    assert request.message == "needs 1, 1 free matching device but only 0 usable (blocked: untolerated taints: 1)"
+    assert request.message == (
+        "needs 1, 1 free matching device but only 0 usable (blocked: untolerated taints: 1 (maintenance:NoSchedule))"
+    )
 
     tolerating = exact(tolerations=(DeviceToleration(key="maintenance", operator="Exists"),))
     assert explain(claim(tolerating), slices).fits

@@ -254,7 +254,7 @@ def _collection_path(doc: Mapping[str, Any]) -> str:
         "Pod": "pods", "Node": "nodes", "PodDisruptionBudget": "poddisruptionbudgets",
         "DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
         "ResourceClaimTemplate": "resourceclaimtemplates", "ConfigMap": "configmaps",
-        "PriorityClass": "priorityclasses",
+        "PriorityClass": "priorityclasses", "DeviceTaintRule": "devicetaintrules",
     }[kind]  # fmt: skip
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     namespace = (doc.get("metadata") or {}).get("namespace")
@@ -440,7 +440,7 @@ class Scenario:
         for pod in self.admin.items(f"/api/v1/namespaces/{self.namespace}/pods"):
             self.admin.delete(f"/api/v1/namespaces/{self.namespace}/pods/{pod['metadata']['name']}", grace_seconds=0)
         for doc in reversed(self._made):
-            if doc["kind"] in ("Node", "DeviceClass", "ResourceSlice", "Namespace", "PriorityClass"):
+            if doc["kind"] in ("Node", "DeviceClass", "ResourceSlice", "Namespace", "PriorityClass", "DeviceTaintRule"):
                 with contextlib.suppress(ApiError):
                     self.admin.delete(object_path(doc))
 

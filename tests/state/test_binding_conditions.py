@@ -16,6 +16,7 @@ from extender.backends.embedded import EmbeddedBackend
 from extender.core.answers import NOT_AVAILABLE
 from extender.core.errors import Transient
 from extender.state.binding_conditions import BindingConditionsPending
+from extender.state.devicemap import DeviceMap
 from extender.state.service import SchedulingService
 from tests.manifests import claim, gpu_class, node, pod
 
@@ -146,3 +147,20 @@ def test_devices_that_wait_past_the_binding_timeout_are_deallocated() -> None:
     outcome = asyncio.run(svc.filter_and_recover(pod("p", "c", uid=UID), NODES))
     assert outcome.error == "deallocation of ResourceClaim default/c completed (device binding timeout: claim=c)"
     assert "allocation" not in backend.get("ResourceClaim", "default", "c")["status"]  # type: ignore[index]
+
+
+def test_the_device_map_shows_a_device_waiting_for_its_conditions_as_binding() -> None:
+    svc, backend = service()
+    device_map = DeviceMap(svc.cluster, svc.stats, svc.views, clock=lambda: 1_893_457_000.0)
+
+    def gpu() -> dict[str, Any]:
+        detail = device_map.node("node-1")
+        assert detail is not None
+        (device,) = detail["devices"]
+        return dict(device)
+
+    with pytest.raises(BindingConditionsPending):
+        asyncio.run(svc.bind("default", "p", UID, "node-1"))
+    assert (gpu()["state"], gpu()["use"]) == ("binding", "waiting for example.com/attached")
+    driver_reports(backend, "example.com/attached")
+    assert (gpu()["state"], gpu()["use"]) == ("allocated", "")

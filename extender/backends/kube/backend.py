@@ -44,7 +44,7 @@ from extender.state.store import ObjectStore
 
 from .client import MERGE_PATCH, ClientSettings, KubeClient
 from .config import ClusterConfig, load_cluster_config
-from .discovery import CLASSIC_VERSION, GROUP, discover, discover_classic
+from .discovery import CLASSIC_VERSION, GROUP, TAINT_RULE_VERSION, discover, discover_classic, serves_taint_rules
 from .errors import AccessDenied, ApiStatusError, KubeStartupError
 from .events import EventRecorder, EventSettings
 from .feeder import StoreFeeder
@@ -121,6 +121,7 @@ class KubeBackend:
         self.api_version = ""  # "resource.k8s.io/v1" once discovered
         #: Whether PodDisruptionBudgets are watched (``_discover_budgets``).
         self._watch_budgets = False
+        self._watch_taint_rules = False
         #: Why classic DRA is not driven ("" when it is): see ``classic_dra``.
         self._classic_problem = "the Kubernetes backend is not started"
         self.reflectors: dict[str, Reflector] = {}
@@ -265,6 +266,7 @@ class KubeBackend:
         self.api_version = f"{GROUP}/{version}"
         await self._discover_classic(version)
         await self._discover_budgets()
+        await self._discover_taint_rules()
         if self.settings.check_access:
             for resource in self._resources():
                 params = {"limit": "1"}
@@ -309,6 +311,27 @@ class KubeBackend:
             return
         self._watch_budgets = True
 
+    async def _discover_taint_rules(self) -> None:
+        """Whether to watch DeviceTaintRules: where the server serves them (v1beta2; off by default
+        in 1.36) and listing them is allowed; their taints then apply to the devices they select,
+        as kube-scheduler applies them. A server that serves them to an extender without the RBAC
+        is logged: the rules' taints would be missed."""
+        assert self.client is not None
+        self._watch_taint_rules = False
+        if not await serves_taint_rules(self.client):
+            return
+        resource = self._taint_rule_resource()
+        try:
+            await self.client.request("GET", resource.path, params={"limit": "1"}, verb="list", resource=resource.name)
+        except AccessDenied as exc:
+            log.warning("kube.taint_rules_forbidden", reason=exc.reason)
+            return
+        self._watch_taint_rules = True
+        log.info("kube.taint_rules", api=f"{GROUP}/{TAINT_RULE_VERSION}")
+
+    def _taint_rule_resource(self) -> Resource:
+        return Resource("DeviceTaintRule", f"{GROUP}/{TAINT_RULE_VERSION}", "devicetaintrules")
+
     def _budget_resource(self) -> Resource:
         return Resource("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets")
 
@@ -326,6 +349,7 @@ class KubeBackend:
             Resource("Pod", "v1", "pods", field_selector=self.settings.pod_field_selector),
             *([self._context_resource()] if self._classic_problem == "" else []),
             *([self._budget_resource()] if self._watch_budgets else []),
+            *([self._taint_rule_resource()] if self._watch_taint_rules else []),
         ]
 
     async def _close_client(self) -> None:

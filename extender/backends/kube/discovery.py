@@ -23,11 +23,13 @@ __all__ = [
     "GROUP",
     "PREFERRED_VERSIONS",
     "REQUIRED_RESOURCES",
+    "TAINT_RULE_VERSION",
     "classic_problem",
     "discover",
     "discover_classic",
     "missing_resources",
     "pick_version",
+    "serves_taint_rules",
 ]
 
 GROUP = "resource.k8s.io"
@@ -38,6 +40,9 @@ REQUIRED_RESOURCES = ("resourceslices", "resourceclaims", "resourceclaims/status
 #: DRAControlPlaneController feature gate on.
 CLASSIC_VERSION = "v1alpha3"
 CLASSIC_RESOURCES = ("podschedulingcontexts", "podschedulingcontexts/status")
+#: DeviceTaintRules (KEP-5055): kube-scheduler 1.36 watches them in v1beta2 only (off by default:
+#: the DRADeviceTaintRules gate and ``--runtime-config=resource.k8s.io/v1beta2=true``).
+TAINT_RULE_VERSION = "v1beta2"
 _GATE = "Kubernetes 1.31 with the DRAControlPlaneController feature gate on the API server, controller-manager"
 
 
@@ -61,6 +66,19 @@ async def discover_classic(client: KubeClient, version: str) -> str:
         return classic_problem(version, None)
     path = f"/apis/{GROUP}/{version}"
     return classic_problem(version, await client.request("GET", path, verb="get", resource=path))
+
+
+async def serves_taint_rules(client: KubeClient) -> bool:
+    """Whether the server serves DeviceTaintRules in v1beta2 (one discovery GET; a version not
+    served at all answers 404)."""
+    path = f"/apis/{GROUP}/{TAINT_RULE_VERSION}"
+    try:
+        resource_list = await client.request("GET", path, verb="get", resource=path)
+    except ObjectNotFound:
+        return False
+    except ApiUnavailable:  # an aggregated discovery hiccup: without the rules, as before 1.36
+        return False
+    return not missing_resources(resource_list or {}, ("devicetaintrules",))
 
 
 def pick_version(group: Mapping[str, Any]) -> str:

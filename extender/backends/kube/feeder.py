@@ -130,6 +130,7 @@ class StoreFeeder:
             "Node": self.store.nodes,
             "PodSchedulingContext": self.store.scheduling_contexts,
             "PodDisruptionBudget": self.store.budgets,
+            "DeviceTaintRule": self.store.taint_rules,
         }
         return tables.get(kind, {})
 
@@ -166,6 +167,8 @@ class StoreFeeder:
             old = self.store.claims.get(key)
             if old is not None and old.allocation is not None:
                 freed = f"claim {key} deleted"
+        elif kind == "DeviceTaintRule" and key in self.store.taint_rules:
+            freed = f"device taint rule {key} deleted"  # its devices may be usable again
         namespace, _, name = key.rpartition("/")
         self.store.delete(kind, namespace or None, name)
         if freed and self.on_freed is not None:

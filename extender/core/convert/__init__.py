@@ -19,7 +19,8 @@ missing class name, unknown allocation mode, empty constraint) are kept for it t
 Every decoder takes an optional keyword ``api_version`` used when the raw object has no
 ``apiVersion`` (items of a LIST response); without either, v1 is assumed.
 
-``decode_pod_scheduling_context`` reads classic DRA's PodSchedulingContext (v1alpha3 only).
+``decode_pod_scheduling_context`` reads classic DRA's PodSchedulingContext (v1alpha3 only),
+``decode_device_taint_rule`` a DeviceTaintRule (v1beta2 or v1alpha3).
 
 Encoding: ``encode_allocation_result`` writes ``status.allocation`` (same shape in every version);
 ``encode_node_selector`` a core/v1 NodeSelector. ``resource_claim_to_v1`` and
@@ -39,6 +40,7 @@ from ._encode import encode_allocation_result, encode_attribute_value, encode_no
 from ._objects import DecodedObject, decode_node, decode_node_selector, decode_object
 from ._scheduling import POD_SCHEDULING_NODE_LIST_MAX_SIZE, decode_pod_scheduling_context
 from ._slices import decode_resource_slice
+from ._taint_rules import decode_device_taint_rule
 from ._to_v1 import resource_claim_template_to_v1, resource_claim_to_v1
 from ._to_v1_slices import device_class_to_v1, resource_slice_to_v1
 
@@ -53,6 +55,7 @@ __all__ = [
     "DecodedObject",
     "decode_allocation_result",
     "decode_device_class",
+    "decode_device_taint_rule",
     "decode_node",
     "decode_node_selector",
     "decode_object",

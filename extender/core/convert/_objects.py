@@ -8,6 +8,7 @@ from extender.core.errors import InvalidObject
 from extender.core.extended import scalar_allocatable
 from extender.core.model import (
     DeviceClass,
+    DeviceTaintRule,
     NodeInfo,
     NodeSelector,
     PodSchedulingContext,
@@ -20,16 +21,26 @@ from ._base import GROUP, node_selector, object_dict, object_name, reported_as, 
 from ._claims import decode_device_class, decode_resource_claim, decode_resource_claim_template
 from ._scheduling import decode_pod_scheduling_context
 from ._slices import decode_resource_slice
+from ._taint_rules import decode_device_taint_rule
 
 __all__ = ["DecodedObject", "decode_node", "decode_node_selector", "decode_object"]
 
-DecodedObject = DeviceClass | ResourceClaim | ResourceClaimTemplate | ResourceSlice | NodeInfo | PodSchedulingContext
+DecodedObject = (
+    DeviceClass
+    | ResourceClaim
+    | ResourceClaimTemplate
+    | ResourceSlice
+    | NodeInfo
+    | PodSchedulingContext
+    | DeviceTaintRule
+)
 
 _DRA_DECODERS: dict[str, Callable[[object], DecodedObject]] = {
     "DeviceClass": decode_device_class,
     "ResourceClaim": decode_resource_claim,
     "ResourceClaimTemplate": decode_resource_claim_template,
     "ResourceSlice": decode_resource_slice,
+    "DeviceTaintRule": decode_device_taint_rule,
     "PodSchedulingContext": decode_pod_scheduling_context,
 }
 
