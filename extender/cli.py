@@ -325,6 +325,14 @@ def _add_serve(commands: Any) -> None:
         type=_checked(_at_least_one),
     )
     option(
+        "--binding-wait-seconds",
+        "20",
+        "how long one bind waits for a device's binding conditions before it answers Error and leaves "
+        "the binding to the pod's next attempt; keep it below the bind deadline "
+        "(default %(default)s)",
+        type=_checked(_non_negative_float),
+    )
+    option(
         "--filter-timeout-seconds",
         "10",
         "how long the allocator may search one node for a pod's devices before the attempt answers "
@@ -468,6 +476,7 @@ def _serve(args: argparse.Namespace) -> int:
         hold_seconds=args.hold_seconds,
         claim_wait_seconds=args.claim_wait_seconds,
         binding_timeout_seconds=args.binding_timeout_seconds,
+        binding_wait_seconds=args.binding_wait_seconds,
         bind_deadline_seconds=args.bind_deadline_seconds,
         filter_timeout_seconds=args.filter_timeout_seconds,
         preemption=args.device_preemption,

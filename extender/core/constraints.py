@@ -23,6 +23,7 @@ __all__ = [
     "build_constraint",
     "comparable_value",
     "lookup_attribute",
+    "value_keys",
 ]
 
 
@@ -69,15 +70,28 @@ class _AttributeConstraint:
         return lookup_attribute(device, self.domain, self.ident, self.attribute, driver)
 
 
-class MatchAttribute(_AttributeConstraint):
-    """All covered devices must have the attribute, with one common type and value."""
+def value_keys(value: AttributeValue) -> frozenset[tuple[type, object]]:
+    """The comparable values of an attribute: one for a scalar, each element of a list-typed
+    attribute (KEP-5491: a scalar counts as a one-element set)."""
+    if isinstance(value, tuple):
+        return frozenset(comparable_value(item) for item in value)
+    return frozenset((comparable_value(value),))
 
-    __slots__ = ("count", "reference")
+
+class MatchAttribute(_AttributeConstraint):
+    """All covered devices must have the attribute, with one common type and value; with list-typed
+    attributes, the devices' value sets must have a common element (1.37's semantics, see
+    docs/semantics.md §8)."""
+
+    __slots__ = ("count", "reference", "sets")
 
     def __init__(self, requests: tuple[str, ...], attribute: str) -> None:
         super().__init__(requests, attribute)
         self.reference: tuple[type, object] | None = None
         self.count = 0
+        #: The value sets of the accepted devices, once a list-typed value was seen (else None:
+        #: the scalar path, one reference value).
+        self.sets: list[frozenset[tuple[type, object]]] | None = None
 
     def add(self, request: str, subrequest: str | None, device: Device, driver: str) -> bool:
         if not self.applies(request, subrequest):
@@ -85,23 +99,43 @@ class MatchAttribute(_AttributeConstraint):
         value = self.value_of(device, driver)
         if value is None:
             return False
-        key = comparable_value(value)
-        if self.count == 0:
-            self.reference = key
-        elif key != self.reference:
+        if self.sets is None and not isinstance(value, tuple):
+            key = comparable_value(value)
+            if self.count == 0:
+                self.reference = key
+            elif key != self.reference:
+                return False
+            self.count += 1
+            return True
+        if self.sets is None:  # the first list: the scalars so far become one-element sets
+            self.sets = [frozenset((self.reference,))] * self.count if self.reference is not None else []
+        keys = value_keys(value)
+        if self.sets and not keys.intersection(*self.sets):
             return False
+        self.sets.append(keys)
         self.count += 1
         return True
 
     def remove(self, request: str, subrequest: str | None, device: Device, driver: str) -> None:
-        if self.applies(request, subrequest):
-            self.count -= 1
-            if self.count == 0:
-                self.reference = None
+        if not self.applies(request, subrequest):
+            return
+        self.count -= 1
+        if self.sets is not None:
+            value = self.value_of(device, driver)
+            if value is not None:
+                keys = value_keys(value)
+                for index in range(len(self.sets) - 1, -1, -1):
+                    if self.sets[index] == keys:
+                        del self.sets[index]
+                        break
+        if self.count == 0:
+            self.reference = None
+            self.sets = None
 
 
 class DistinctAttribute(_AttributeConstraint):
-    """All covered devices must have the attribute, with pairwise different values."""
+    """All covered devices must have the attribute, with pairwise different values; with list-typed
+    attributes, pairwise disjoint value sets."""
 
     __slots__ = ("seen",)
 
@@ -115,10 +149,17 @@ class DistinctAttribute(_AttributeConstraint):
         value = self.value_of(device, driver)
         if value is None:
             return False
-        key = comparable_value(value)
-        if key in self.seen:
+        if not isinstance(value, tuple):
+            key = comparable_value(value)
+            if key in self.seen:
+                return False
+            self.seen[key] = 1
+            return True
+        keys = value_keys(value)
+        if any(key in self.seen for key in keys):
             return False
-        self.seen[key] = 1
+        for key in keys:
+            self.seen[key] = 1
         return True
 
     def remove(self, request: str, subrequest: str | None, device: Device, driver: str) -> None:
@@ -126,7 +167,8 @@ class DistinctAttribute(_AttributeConstraint):
             return
         value = self.value_of(device, driver)
         if value is not None:
-            self.seen.pop(comparable_value(value), None)
+            for key in value_keys(value):
+                self.seen.pop(key, None)
 
 
 def build_constraint(constraint: DeviceConstraint, *, distinct_supported: bool) -> Constraint | None:

@@ -83,7 +83,10 @@ class UnparsedVersion:
 
 
 #: A device attribute value. ``bool`` must be told apart from ``int`` with ``type(v) is bool``.
-AttributeValue: TypeAlias = "bool | int | str | Semver | UnparsedVersion"
+#: A list-typed attribute (``ints``, ``bools``, ``strings``, ``versions``; KEP-5491, alpha in 1.36)
+#: is a non-empty tuple of scalars of one type.
+ScalarAttribute: TypeAlias = "bool | int | str | Semver | UnparsedVersion"
+AttributeValue: TypeAlias = "bool | int | str | Semver | UnparsedVersion | tuple[ScalarAttribute, ...]"
 
 
 class DeviceID(NamedTuple):

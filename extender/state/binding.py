@@ -45,12 +45,14 @@ from extender.core.errors import (
     WriteConflict,
 )
 from extender.core.extended import CANNOT_FIT_RESOURCE
-from extender.core.model import AllocationResult
+from extender.core.model import AllocationResult, ResourceClaim
 from extender.state import cooperative
 from extender.state.binding_conditions import (
     DEFAULT_BINDING_TIMEOUT_SECONDS,
+    DEFAULT_BINDING_WAIT_SECONDS,
     PENDING_REASON,
     BindingConditionsPending,
+    BindingVerdict,
     binding_verdict,
     deallocate_unbindable,
     has_binding_conditions,
@@ -123,6 +125,7 @@ class Binder:
         *,
         claim_wait_seconds: float,
         binding_timeout_seconds: float = DEFAULT_BINDING_TIMEOUT_SECONDS,
+        binding_wait_seconds: float = DEFAULT_BINDING_WAIT_SECONDS,
         deadline_seconds: float = DEFAULT_BIND_DEADLINE_SECONDS,
         binding: set[str],
         classic: ClassicNegotiator | None = None,
@@ -137,6 +140,9 @@ class Binder:
         self.stats = stats
         self.claim_wait_seconds = claim_wait_seconds
         self.binding_timeout_seconds = binding_timeout_seconds
+        self.binding_wait_seconds = binding_wait_seconds
+        # Binds waiting for their devices' binding conditions, by pod key.
+        self._condition_waiters: dict[str, list[asyncio.Event]] = {}
         self.deadline_seconds = deadline_seconds
         self.binding = binding
         self.classic = classic if classic is not None else ClassicNegotiator(cluster)
@@ -341,7 +347,14 @@ class Binder:
         return _Decision(pod, decision.node, claims, self._allocate(claims, decision.node))
 
     def _claim_or_pod_changed(self, kind: str, key: str) -> None:
-        """Wake the binds waiting for a pod's template claims (``_with_created_claims``)."""
+        """Wake the binds waiting for a pod's template claims (``_with_created_claims``) or for
+        its devices' binding conditions (``_await_binding_conditions``)."""
+        if self._condition_waiters and kind == "ResourceClaim":
+            namespace = key.partition("/")[0] + "/"
+            for pod, events in self._condition_waiters.items():
+                if pod.startswith(namespace):
+                    for event in events:
+                        event.set()
         if not self._claim_waiters:
             return
         if kind == "Pod":
@@ -388,12 +401,15 @@ class Binder:
                                 self.backend, pod, claims, claim.name, self.store.node(decision.node)
                             )
                     step = "binding conditions"
-                    await self._check_binding_conditions(decision, [r.claim_key for r in written])
+                    await self._await_binding_conditions(decision, [r.claim_key for r in written], writes_by)
                     step = "the binding"
                     await self._bind_pod(namespace, name, uid, decision.node, deadline)
             except TimeoutError:
                 if not timeout.expired():
                     raise
+                if step == "binding conditions":
+                    keep_writes = True  # written and waiting for the devices: the next attempt binds
+                    raise BindingConditionsPending(pending_message(decision.node), node=decision.node) from None
                 if step == "the binding":
                     # Sent or not, made or not: unknown. Made after all? Then this bind succeeded.
                     with contextlib.suppress(TimeoutError):
@@ -421,42 +437,78 @@ class Binder:
                         self.ledger.drop(record_.claim_key, pod_uid=uid)
             raise
 
-    async def _check_binding_conditions(self, decision: _Decision, keys: list[str]) -> None:
-        """After the claim writes: the pod is bound only once every binding condition of its
-        devices is met (``binding_conditions.py``). A failure or the timeout deallocates the claims
-        concerned (reserved for this pod alone) and fails the bind; conditions still pending record
-        the pod's ``nominatedNodeName`` and a ``BindingConditionsPending`` Event and answer
-        ``BindingConditionsPending``, the writes kept."""
+    def waiting_for_conditions(self, pod_key: str) -> bool:
+        """Whether a bind of the pod (``namespace/name``) is waiting right now for its devices'
+        binding conditions (``_await_binding_conditions``); read only, for tests."""
+        return pod_key in self._condition_waiters
+
+    def _binding_verdicts(self, keys: list[str]) -> list[tuple[ResourceClaim, BindingVerdict]] | None:
+        """Each claim's binding verdict, None when none of the claims has binding conditions."""
         claims = [c for key in keys if (c := self.store.claims.get(key)) is not None]
         if not has_binding_conditions(claims):
-            return
-        verdicts = [
-            (
-                claim,
-                binding_verdict(
-                    claim, self.store.raw_claims.get(claim.key) or {}, timeout_seconds=self.binding_timeout_seconds
-                ),
-            )
-            for claim in claims
+            return None
+        timeout = self.binding_timeout_seconds
+        return [
+            (c, binding_verdict(c, self.store.raw_claims.get(c.key) or {}, timeout_seconds=timeout)) for c in claims
         ]
-        if all(v.ready for _, v in verdicts):
-            self.stats.binding_conditions_met += 1
+
+    async def _await_binding_conditions(self, decision: _Decision, keys: list[str], writes_by: float) -> None:
+        """After the claim writes: the pod is bound only once every binding condition of its
+        devices is met (``binding_conditions.py``). Pending: the pod's ``nominatedNodeName`` and a
+        ``BindingConditionsPending`` Event, as in-tree, then a wait for the driver's report (woken
+        by every change of a claim in the pod's namespace) of at most ``binding_wait_seconds``,
+        ended a second before ``writes_by``; still pending then, ``BindingConditionsPending`` is
+        answered and the writes are kept for the next attempt. A failure (or the binding timeout)
+        deallocates the claims concerned (reserved for this pod alone) and fails the bind."""
+        verdicts = self._binding_verdicts(keys)
+        if verdicts is None:
             return
+        uid = pod_identity(decision.pod)[2]
+        loop = asyncio.get_running_loop()
+        until = min(loop.time() + self.binding_wait_seconds, writes_by - 1.0)
+        event = asyncio.Event()
+        waiters = self._condition_waiters.setdefault(decision.claims.pod_key, [])
+        waiters.append(event)
+        announced = False
+        try:
+            while True:
+                assert verdicts is not None
+                if all(v.ready for _, v in verdicts):
+                    self.stats.binding_conditions_met += 1
+                    return
+                failed = [(claim, v) for claim, v in verdicts if v.failed]
+                if failed:
+                    for claim, verdict in failed:
+                        await deallocate_unbindable(self.backend, claim, uid, verdict)
+                    raise Transient(failed[0][1].failed, claim=failed[0][0].key, node=decision.node)
+                message = pending_message(decision.node)
+                if not announced:
+                    announced = True
+                    self.stats.binding_conditions_pending += 1
+                    await self._announce_pending(decision, message)
+                remaining = until - loop.time()
+                if remaining <= 0:
+                    raise BindingConditionsPending(message, node=decision.node)
+                event.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), remaining)
+                verdicts = self._binding_verdicts(keys) or []
+        finally:
+            waiters.remove(event)
+            if not waiters:
+                self._condition_waiters.pop(decision.claims.pod_key, None)
+
+    async def _announce_pending(self, decision: _Decision, message: str) -> None:
+        """What the in-tree plugin makes visible of a pod waiting for its devices: a Normal Event
+        ``BindingConditionsPending`` and ``status.nominatedNodeName`` (a failure only logs)."""
         namespace, name, uid = pod_identity(decision.pod)
-        failed = [(claim, v) for claim, v in verdicts if v.failed]
-        if failed:
-            for claim, verdict in failed:
-                await deallocate_unbindable(self.backend, claim, uid, verdict)
-            raise Transient(failed[0][1].failed, claim=failed[0][0].key, node=decision.node)
-        self.stats.binding_conditions_pending += 1
-        message = pending_message(decision.node)
         self.backend.record_event(namespace, name, uid, kind="Normal", reason=PENDING_REASON, message=message)
-        if (decision.pod.get("status") or {}).get("nominatedNodeName") != decision.node:
-            try:
-                await self.backend.set_nominated_node(namespace, name, uid, decision.node)
-            except ExtenderError as exc:  # as kube-scheduler: logged, the wait goes on
-                log.warning("bind.nominate_failed", pod=f"{namespace}/{name}", reason=exc.reason)
-        raise BindingConditionsPending(message, node=decision.node)
+        if (decision.pod.get("status") or {}).get("nominatedNodeName") == decision.node:
+            return
+        try:
+            await self.backend.set_nominated_node(namespace, name, uid, decision.node)
+        except ExtenderError as exc:  # as kube-scheduler: logged, the wait goes on
+            log.warning("bind.nominate_failed", pod=f"{namespace}/{name}", reason=exc.reason)
 
     async def _bind_pod(self, namespace: str, name: str, uid: str, node: str, deadline: float) -> None:
         """The binding; a refusal or a lost answer is looked into (before ``deadline``): the pod

@@ -9,11 +9,13 @@ device). A failure condition ``True``, or ``allocationTimestamp`` plus the bindi
 deallocated and the pod scheduled afresh.
 
 kube-scheduler waits for an extender's bind only ``httpTimeout``, not minutes, so the extender's bind
-does not wait: it writes the allocation and reservation, records the pod's ``nominatedNodeName`` and
-a ``BindingConditionsPending`` Event (as the in-tree plugin does), and answers ``Error``
-(``BindingConditionsPending``) keeping what it wrote. The pod's next attempt finds its claims
-allocated on that node (their node selector pins it there), and its bind binds the pod once the
-conditions are met. The checks are pure functions; ``deallocate_unbindable`` is the one write.
+waits a bounded time: it writes the allocation and reservation, records the pod's
+``nominatedNodeName`` and a ``BindingConditionsPending`` Event (as the in-tree plugin does), and
+waits up to ``binding_wait_seconds`` for the driver's report (woken by the claim's watch event, not
+by polling); then it binds, or answers ``Error`` (``BindingConditionsPending``) keeping what it
+wrote. The pod's next attempt finds its claims allocated on that node (their node selector pins it
+there), and its bind binds the pod once the conditions are met. The checks are pure functions;
+``deallocate_unbindable`` is the one write.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ log = structlog.get_logger()
 
 __all__ = [
     "DEFAULT_BINDING_TIMEOUT_SECONDS",
+    "DEFAULT_BINDING_WAIT_SECONDS",
     "PENDING_REASON",
     "BindingConditionsPending",
     "BindingVerdict",
@@ -47,6 +50,10 @@ __all__ = [
 
 #: ``DynamicResourcesArgs.bindingTimeout``'s default in 1.36.
 DEFAULT_BINDING_TIMEOUT_SECONDS = 600.0
+#: How long one bind waits for the driver to report the conditions before it answers ``Error`` (and
+#: kube-scheduler tries again after its backoff): most of the bind's deadline (25 s of the deployed
+#: ``httpTimeout`` of 30 s), so that a device attached within seconds is bound at once, as in-tree.
+DEFAULT_BINDING_WAIT_SECONDS = 20.0
 #: The Event reason the in-tree plugin records while a pod waits for its devices' conditions.
 PENDING_REASON = "BindingConditionsPending"
 

@@ -634,6 +634,29 @@ class DeviceMap:
         else:
             counter.pop(key, None)
 
+    def _device_status(self, device: DeviceID, holders: Sequence[Holder]) -> list[dict[str, Any]]:
+        """What the drivers reported for the device in its claims' ``status.devices`` (conditions,
+        network data), per claim; [] when nothing was."""
+        out: list[dict[str, Any]] = []
+        for claim in _unique(h.claim for h in holders):
+            for entry in ((self.store.raw_claims.get(claim) or {}).get("status") or {}).get("devices") or []:
+                if not isinstance(entry, dict):
+                    continue
+                if (entry.get("driver"), entry.get("pool"), entry.get("device")) != tuple(device):
+                    continue
+                reported: dict[str, Any] = {"claim": claim}
+                if entry.get("shareID"):
+                    reported["shareID"] = entry["shareID"]
+                reported["conditions"] = [
+                    {k: c.get(k) for k in ("type", "status", "reason", "message") if c.get(k) is not None}
+                    for c in entry.get("conditions") or []
+                    if isinstance(c, dict)
+                ]
+                if entry.get("networkData"):
+                    reported["networkData"] = entry["networkData"]
+                out.append(reported)
+        return out
+
     def _ledger_changed(self) -> None:
         flight: dict[DeviceID, list[Holder]] = {}
         for entry in self.ledger:
@@ -833,6 +856,9 @@ class DeviceMap:
                 )
                 if nomination is not None:
                     devices[-1]["nomination"] = {k: v for k, v in nomination.items() if k != "podUid"}
+                reported = self._device_status(device_id, holders) if holders else []
+                if reported:
+                    devices[-1]["deviceStatus"] = reported
         body: dict[str, Any] = {
             "name": name,
             "labels": dict(node.labels),

@@ -39,6 +39,7 @@ from extender.state.backend import Backend
 from extender.state.binding import DEFAULT_BIND_DEADLINE_SECONDS, DEFAULT_CLAIM_WAIT_SECONDS, Binder, ledger_ttl
 from extender.state.binding_conditions import (
     DEFAULT_BINDING_TIMEOUT_SECONDS,
+    DEFAULT_BINDING_WAIT_SECONDS,
     BindingVerdict,
     binding_verdict,
     deallocate_unbindable,
@@ -90,6 +91,7 @@ class SchedulingService:
         hold_seconds: float = DEFAULT_HOLD_SECONDS,
         claim_wait_seconds: float = DEFAULT_CLAIM_WAIT_SECONDS,
         binding_timeout_seconds: float = DEFAULT_BINDING_TIMEOUT_SECONDS,
+        binding_wait_seconds: float = DEFAULT_BINDING_WAIT_SECONDS,
         bind_deadline_seconds: float = DEFAULT_BIND_DEADLINE_SECONDS,
         filter_timeout_seconds: float = DEFAULT_FILTER_TIMEOUT_SECONDS,
         preemption: bool = True,
@@ -101,7 +103,8 @@ class SchedulingService:
         tentative holds and prioritize's one best node (docs/pipeline.md); ``claim_wait_seconds``
         is how long a bind waits for template claims that do not exist yet,
         ``binding_timeout_seconds`` how long allocated devices may wait for their binding conditions
-        (``binding_conditions.py``), ``bind_deadline_seconds`` the whole time a bind may take (and,
+        (``binding_conditions.py``) and ``binding_wait_seconds`` how long one bind waits for them,
+        ``bind_deadline_seconds`` the whole time a bind may take (and,
         through ``ledger_ttl``, how long in-flight entries live unless a ``ledger`` is given),
         ``filter_timeout_seconds`` each node's search budget
         (upstream's ``filterTimeout``; 0: none); ``preemption`` turns device-aware preemption on
@@ -140,6 +143,7 @@ class SchedulingService:
             self.stats,
             claim_wait_seconds=claim_wait_seconds,
             binding_timeout_seconds=binding_timeout_seconds,
+            binding_wait_seconds=binding_wait_seconds,
             deadline_seconds=bind_deadline_seconds,
             binding=binding,
             classic=self.classic,

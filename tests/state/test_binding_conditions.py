@@ -48,6 +48,7 @@ def fabric_slice(node_name: str) -> dict[str, Any]:
 def service(**options: Any) -> tuple[SchedulingService, EmbeddedBackend]:
     objects = [gpu_class(), node("node-1"), node("node-2"), fabric_slice("node-1"), claim("c"), pod("p", "c", uid=UID)]
     backend = EmbeddedBackend(copy.deepcopy(objects))
+    options.setdefault("binding_wait_seconds", 0)  # each bind answers at once; one test waits
     return SchedulingService(backend=backend, **options), backend
 
 
@@ -162,5 +163,46 @@ def test_the_device_map_shows_a_device_waiting_for_its_conditions_as_binding() -
     with pytest.raises(BindingConditionsPending):
         asyncio.run(svc.bind("default", "p", UID, "node-1"))
     assert (gpu()["state"], gpu()["use"]) == ("binding", "waiting for example.com/attached")
+    assert "deviceStatus" not in gpu()  # the driver has reported nothing yet
     driver_reports(backend, "example.com/attached")
     assert (gpu()["state"], gpu()["use"]) == ("allocated", "")
+    assert gpu()["deviceStatus"] == [
+        {
+            "claim": "default/c",
+            "conditions": [
+                {
+                    "type": "example.com/attached",
+                    "status": "True",
+                    "reason": "Reported",
+                    "message": "example.com/attached is True",
+                }
+            ],
+        }
+    ]
+
+
+async def test_a_bind_waits_for_the_drivers_report_and_then_binds() -> None:
+    svc, backend = service(binding_wait_seconds=3600)  # a bound against a hang only
+    bind = asyncio.create_task(svc.bind("default", "p", UID, "node-1"))
+    while not svc.binder.waiting_for_conditions("default/p"):
+        assert not bind.done(), bind.result()
+        await asyncio.sleep(0)
+    live = backend.get("Pod", "default", "p")
+    assert live is not None and live["status"]["nominatedNodeName"] == "node-1" and not live["spec"].get("nodeName")
+    driver_reports(backend, "example.com/attached")  # the claim's update wakes the bind
+    await asyncio.wait_for(bind, 30)
+    live = backend.get("Pod", "default", "p")
+    assert live is not None and live["spec"]["nodeName"] == "node-1"
+    assert svc.stats.binding_conditions_pending == 1 and svc.stats.binding_conditions_met == 1
+
+
+async def test_a_failure_reported_during_the_wait_ends_it_and_deallocates() -> None:
+    svc, backend = service(binding_wait_seconds=3600)
+    bind = asyncio.create_task(svc.bind("default", "p", UID, "node-1"))
+    while not svc.binder.waiting_for_conditions("default/p"):
+        assert not bind.done(), bind.result()
+        await asyncio.sleep(0)
+    driver_reports(backend, "example.com/failed")
+    with pytest.raises(Transient, match="device binding failed: claim=c"):
+        await asyncio.wait_for(bind, 30)
+    assert "allocation" not in backend.get("ResourceClaim", "default", "c")["status"]  # type: ignore[index]

@@ -174,6 +174,7 @@ _RESULT_TYPES = {
     "isSorted": "bool",
     "equivalent": "bool",
     "intersects": "bool",
+    "includes": "bool",
     "all": "bool",
     "exists": "bool",
     "exists_one": "bool",

@@ -84,6 +84,7 @@ FUNCTIONS: dict[str, Callable[..., Any]] = {
     "contains": lists.contains,
     "equivalent": lists.equivalent,
     "intersects": lists.intersects,
+    "includes": lists.includes,
     # optional
     "of": opt.of,
     "none": opt.none,

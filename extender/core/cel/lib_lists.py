@@ -24,15 +24,33 @@ from extender.core.cel.values import (
 )
 
 __all__ = [
+    "MAX_INCLUDES_VALUES",
     "contains",
     "equivalent",
     "find",
     "findAll",
+    "includes",
     "intersects",
     "isSorted",
     "matches",
     "sum",
 ]
+
+
+#: ResourceSliceMaxAttributeValuesPerDevice: the longest list ``includes`` accepts.
+MAX_INCLUDES_VALUES = 48
+
+
+def includes(container: Any, value: Any) -> celtypes.BoolType:
+    """``x.includes(v)`` (DRA, 1.36, for list-typed attributes): for a list, whether an element
+    equals ``v``; for a scalar, whether it equals ``v``; an error for a list of more than 48."""
+    if isinstance(container, list):
+        if len(container) > MAX_INCLUDES_VALUES:
+            raise function_error(
+                f"'includes' function cannot be applied to lists longer than {MAX_INCLUDES_VALUES} values"
+            )
+        return celtypes.BoolType(any(cel_equal(item, value) for item in container))
+    return celtypes.BoolType(cel_equal(container, value))
 
 
 def isSorted(items: Any) -> celtypes.BoolType:

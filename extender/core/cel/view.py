@@ -152,12 +152,19 @@ class ViewBuilder:
             return int.__new__(celtypes.IntType, raw)
         if isinstance(raw, Semver):
             return raw
+        if isinstance(raw, tuple):  # a list-typed attribute (KEP-5491): a CEL list
+            items = [self._attribute(item) for item in raw]
+            return None if any(item is None for item in items) else celtypes.ListType(items)
         return None
 
 
 def attribute_error(name: str, raw: object) -> CelRuntimeError:
     if isinstance(raw, UnparsedVersion):
         return CelRuntimeError(f"attribute {name}: parse semantic version: {raw.error}")
+    if isinstance(raw, tuple):
+        broken = next((item for item in raw if isinstance(item, UnparsedVersion)), None)
+        if broken is not None:
+            return CelRuntimeError(f"attribute {name}: parse semantic version: {broken.error}")
     return CelRuntimeError(f"attribute {name}: unsupported attribute type {type(raw).__name__}")
 
 
@@ -165,9 +172,15 @@ def attribute_error(name: str, raw: object) -> CelRuntimeError:
 _VIEWABLE_TYPES = frozenset({str, bool, int, Semver})
 
 
+def _viewable(raw: object) -> bool:
+    if type(raw) in _VIEWABLE_TYPES:
+        return True
+    return type(raw) is tuple and all(type(item) in _VIEWABLE_TYPES for item in raw)
+
+
 def device_poison(device: Device) -> CelRuntimeError | None:
     """The error every evaluation on this device gets, without building its view."""
     for name, raw in device.attributes.items():
-        if type(raw) not in _VIEWABLE_TYPES:
+        if not _viewable(raw):
             return attribute_error(name, raw)
     return None

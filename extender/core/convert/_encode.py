@@ -123,4 +123,6 @@ def encode_attribute_value(value: AttributeValue) -> object:
         return value
     if isinstance(value, UnparsedVersion):
         return value.text
+    if isinstance(value, tuple):
+        return [encode_attribute_value(item) for item in value]
     return str(value)

@@ -14,6 +14,7 @@ from __future__ import annotations
 __all__ = ["decode_resource_slice"]
 
 from functools import lru_cache
+from typing import Any
 
 from extender.core.model import (
     AttributeValue,
@@ -71,7 +72,11 @@ _MEMBER_TYPES = {
 }
 _PER_DEVICE_NEEDS_ONE = "exactly one of nodeName, nodeSelector, allNodes is required with perDeviceNodeSelection"
 _PER_DEVICE_ONLY = "nodeName, nodeSelector and allNodes may only be set with perDeviceNodeSelection"
-_ATTRIBUTE_KINDS = "exactly one of int, bool, string, version is required"
+_ATTRIBUTE_KINDS = "exactly one of int, bool, string, version, ints, bools, strings, versions is required"
+#: List-typed attributes (KEP-5491): the member -> its scalar member.
+_LIST_KINDS = {"ints": "int", "bools": "bool", "strings": "string", "versions": "version"}
+#: ResourceSliceMaxAttributeValuesPerDevice: a list holds at most this many values.
+_MAX_LIST_VALUES = 48
 
 
 class _Problems:
@@ -371,6 +376,8 @@ def _attribute_value(raw: object, path: str) -> AttributeValue:
     if len(present) != 1:
         raise FieldError(path, _ATTRIBUTE_KINDS)
     ((kind, value),) = present
+    if kind in _LIST_KINDS:
+        return _list_attribute(value, f"{path}.{kind}", _LIST_KINDS[kind])
     value_type = type(value)
     if kind == "string":
         if value_type is str:
@@ -389,6 +396,18 @@ def _attribute_value(raw: object, path: str) -> AttributeValue:
     else:
         raise FieldError(path, _ATTRIBUTE_KINDS)
     raise FieldError(f"{path}.{kind}", _MEMBER_TYPES[kind])
+
+
+def _list_attribute(raw: object, path: str, member: str) -> AttributeValue:
+    """A list-typed attribute: a non-empty list of at most 48 values of the member's type."""
+    if not isinstance(raw, list):
+        raise FieldError(path, "must be a list")
+    if not raw:
+        raise FieldError(path, "must not be empty if specified")
+    if len(raw) > _MAX_LIST_VALUES:
+        raise FieldError(path, f"must have at most {_MAX_LIST_VALUES} items")
+    values: list[Any] = [_attribute_value({member: item}, f"{path}[{i}]") for i, item in enumerate(raw)]
+    return tuple(values)
 
 
 @lru_cache(maxsize=8192)
