@@ -267,8 +267,8 @@ def test_decode_object_dispatches_on_kind() -> None:
             "Pod p: kind: unsupported kind 'Pod'",
         ),
         (
-            {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "DeviceTaintRule", "metadata": {"name": "r"}},
-            "unsupported kind 'DeviceTaintRule'",
+            {"apiVersion": "resource.k8s.io/v1alpha3", "kind": "ResourcePoolStatusRequest", "metadata": {"name": "r"}},
+            "unsupported kind 'ResourcePoolStatusRequest'",
         ),
         ({"metadata": {"name": "x"}}, "object x: kind: unsupported kind None"),
         (

@@ -339,7 +339,8 @@ INVALID_CASES = [
     ),
     pytest.param(
         _set(["spec", "devices", 0, "attributes"], {"a": {"int": 1, "string": "x"}}),
-        "spec.devices[0].attributes[a]: exactly one of int, bool, string, version is required",
+        "spec.devices[0].attributes[a]: exactly one of int, bool, string, version, ints, bools, strings, versions"
+        " is required",
         1,
         id="two-attribute-kinds",
     ),
@@ -357,7 +358,8 @@ INVALID_CASES = [
     ),
     pytest.param(
         _set(["spec", "devices", 0, "attributes"], {"a": {"float": 1.5}}),
-        "spec.devices[0].attributes[a]: exactly one of int, bool, string, version is required",
+        "spec.devices[0].attributes[a]: exactly one of int, bool, string, version, ints, bools, strings, versions"
+        " is required",
         1,
         id="unknown-attribute-kind",
     ),
