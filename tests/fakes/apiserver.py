@@ -109,6 +109,7 @@ from .registry import ListOptions, Registry, now_timestamp, resource_for_kind, w
 from .resources import (
     ALL_RESOURCE_VERSIONS,
     CLASSIC_GATE,
+    TAINT_RULES_GATE,
     ResourceType,
     api_group,
     api_group_list,
@@ -239,6 +240,8 @@ class FakeApiServer:
     unconditional_updates: bool = False
     minor_version: int = 34
     classic: bool = False
+    #: Serve DeviceTaintRules (resource.k8s.io/v1beta2), as an API server with DRADeviceTaintRules.
+    taint_rules: bool = False
     clock: Callable[[], str] = now_timestamp
     rng: random.Random = field(default_factory=random.Random)
     url: str = ""
@@ -256,7 +259,9 @@ class FakeApiServer:
             classic=self.classic,
         )
         #: Feature gates on, for the types behind one (``resources.py``).
-        self.gates: frozenset[str] = frozenset({CLASSIC_GATE} if self.classic else ())
+        self.gates: frozenset[str] = frozenset(
+            ({CLASSIC_GATE} if self.classic else set()) | ({TAINT_RULES_GATE} if self.taint_rules else set())
+        )
         self.faults = Faults()
         #: Every request received, oldest first.
         self.requests: list[RequestRecord] = []

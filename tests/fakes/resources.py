@@ -28,6 +28,7 @@ __all__ = [
     "CLASSIC_GATE",
     "FIELD_GETTERS",
     "RESOURCE_GROUP",
+    "TAINT_RULES_GATE",
     "ResourceType",
     "api_group",
     "api_group_list",
@@ -47,6 +48,8 @@ RESOURCE_GROUP = "resource.k8s.io"
 ALL_RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
 #: The 1.31 feature gate of classic DRA (control-plane controllers, PodSchedulingContext).
 CLASSIC_GATE = "DRAControlPlaneController"
+#: DeviceTaintRules (v1beta2; beta and off by default in 1.36).
+TAINT_RULES_GATE = "DRADeviceTaintRules"
 
 _READ = ("get", "list", "watch")
 _WRITE = ("create", "delete", "deletecollection", "patch", "update")
@@ -131,6 +134,18 @@ CATALOG: tuple[ResourceType, ...] = (
     _dra("resourceclaims", "resourceclaim", "ResourceClaim", namespaced=True, status=True, generation=False),
     _dra("resourceclaimtemplates", "resourceclaimtemplate", "ResourceClaimTemplate", namespaced=True, generation=False),
     _dra("resourceslices", "resourceslice", "ResourceSlice", namespaced=False, fields=("spec.nodeName", "spec.driver")),
+    # Served in v1beta2 (v1alpha3 too in 1.36, which the fake leaves out), cluster-scoped, with status.
+    ResourceType(
+        group=RESOURCE_GROUP,
+        versions=("v1beta2",),
+        plural="devicetaintrules",
+        singular="devicetaintrule",
+        kind="DeviceTaintRule",
+        namespaced=False,
+        status=True,
+        generation=True,
+        feature_gate=TAINT_RULES_GATE,
+    ),
     # STR131: status subresource, no generation, unconditional updates allowed; v1alpha3 only.
     ResourceType(
         group=RESOURCE_GROUP,
