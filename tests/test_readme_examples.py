@@ -243,6 +243,19 @@ def _check_template_pod(body: Any) -> None:
     assert status["resourceClaimName"].startswith("notebook-3-slice-")
 
 
+def _check_extended_filter(body: Any) -> None:
+    assert body["NodeNames"] == ["node-1", "node-4"]  # both have two free whole GPUs
+
+
+def _check_extended_pod(body: Any) -> None:
+    assert body["spec"]["nodeName"] == "node-1"
+    status = body["status"]["extendedResourceClaimStatus"]
+    assert status["resourceClaimName"].startswith("render-1-extended-resources-")
+    assert status["requestMappings"] == [
+        {"containerName": "render", "resourceName": "example.com/gpu", "requestName": "container-0-request-0"}
+    ]
+
+
 def _check_preempt(body: Any) -> None:
     # node-1: its in-tree victim suffices (free devices), passed through; node-2: a placeholder that fits, left out
     assert body == {
@@ -337,6 +350,9 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "shared-filter": _check_shared_filter,
     "template-filter": _check_template_filter,
     "template-pod": _check_template_pod,
+    "extended-filter": _check_extended_filter,
+    "extended-bind": _check_bind,
+    "extended-pod": _check_extended_pod,
     "preempt": _check_preempt,
     "classic-filter": _check_classic_filter,
     "classic-context": _check_classic_context,
