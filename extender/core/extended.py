@@ -231,12 +231,29 @@ def _requests(container: Mapping[str, Any]) -> dict[str, object]:
     return merged
 
 
+def _asks_for_extended(spec: Mapping[str, Any]) -> bool:
+    """Whether any container names a resource with a domain (``x/y``) in its requests or limits: a
+    cheap test every filter makes before ``pod_demand`` looks closer."""
+    for group in ("containers", "initContainers"):
+        for container in spec.get(group) or ():
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not resources or not isinstance(resources, Mapping):
+                continue
+            for kind in ("requests", "limits"):
+                names = resources.get(kind)
+                if names and isinstance(names, Mapping) and any("/" in name for name in names):
+                    return True
+    return False
+
+
 def pod_demand(pod: Mapping[str, Any], classes: ExtendedClasses) -> ExtendedDemand | None:
     """The pod's extended-resource demand, or None when it asks for no resource a class maps (then
     extended resources are none of DRA's business for this pod)."""
     if not classes:
         return None
     spec = pod.get("spec") or {}
+    if not _asks_for_extended(spec):
+        return None  # nearly every pod: no resource name with a domain at all
     by_resource: dict[str, list[ContainerDemand]] = {}
     mapped = False
     for index, (container, long_lived) in enumerate(_containers(spec)):
