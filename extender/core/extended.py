@@ -275,8 +275,14 @@ def pod_demand(pod: Mapping[str, Any], classes: ExtendedClasses) -> ExtendedDema
     mapped_classes = {r: c for r in ordered if (c := classes.get(r)) is not None}
     demand = ExtendedDemand(ordered, mapped_classes)
     claim_requests, _ = requests_and_mappings(demand, demand.all_served())
+    # Everything ``on_node`` reads is in the key: pods that differ in any of it must not share
+    # remembered per-node verdicts (the resource names decide which nodes serve them by plugin).
     key = orjson.dumps(
-        [[r.name, r.exactly.device_class_name, r.exactly.count] for r in claim_requests if r.exactly is not None]
+        [
+            [[r.name, r.exactly.device_class_name, r.exactly.count] for r in claim_requests if r.exactly is not None],
+            list(ordered),
+            sorted(mapped_classes.items()),
+        ]
     )
     return ExtendedDemand(ordered, mapped_classes, b"extended-resources:" + key)
 

@@ -54,9 +54,9 @@ from extender.state.binding_conditions import (
     BindingConditionsPending,
     BindingVerdict,
     binding_verdict,
-    deallocate_unbindable,
     has_binding_conditions,
     pending_message,
+    release_unbindable,
 )
 from extender.state.claim_writes import Written, roll_back, write_allocation, write_reservation
 from extender.state.claims import PodClaims, pod_identity, reserved_for
@@ -239,7 +239,10 @@ class Binder:
         bound_to = (pod.get("spec") or {}).get("nodeName")
         if bound_to:
             claims = self.cluster.claims(pod, from_templates=False)
-            if bound_to == node_name and all(reserved_for(c, uid) for c in claims.all):
+            claims = claims.on_node(self.store.node(bound_to)) or claims  # device-plugin resources: none
+            if bound_to == node_name and all(
+                reserved_for(c, uid) for c in claims.all if not claims.in_flight_only(c.key)
+            ):
                 return None
             raise WriteConflict(f'pod "{namespace}/{name}" is already bound to node {bound_to}')
         self.holds.release(uid, bound_to=node_name)
@@ -396,10 +399,8 @@ class Binder:
                             self.stats.allocations += 1
                         elif not reserved_for(claim, uid):
                             await write_reservation(self.backend, self.store, claim, pod, record_)
-                        if claims.extended is not None and claim.key in (claims.extended_key, record_.claim_key):
-                            await record_extended_status(
-                                self.backend, pod, claims, claim.name, self.store.node(decision.node)
-                            )
+                        if claims.extended is not None and (claim.key == claims.extended_key or record_.created):
+                            await record_extended_status(self.backend, self._current(pod), claims, claim)
                     step = "binding conditions"
                     await self._await_binding_conditions(decision, [r.claim_key for r in written], writes_by)
                     step = "the binding"
@@ -443,8 +444,14 @@ class Binder:
         return pod_key in self._condition_waiters
 
     def _binding_verdicts(self, keys: list[str]) -> list[tuple[ResourceClaim, BindingVerdict]] | None:
-        """Each claim's binding verdict, None when none of the claims has binding conditions."""
-        claims = [c for key in keys if (c := self.store.claims.get(key)) is not None]
+        """Each claim's binding verdict, None when none of the claims has binding conditions.
+        Raises ``Transient`` for a claim gone or deallocated meanwhile (the bind wrote them all)."""
+        claims = []
+        for key in keys:
+            claim = self.store.claims.get(key)
+            if claim is None or claim.allocation is None:
+                raise Transient(f"claim {key} got deallocated in the meantime", claim=key)
+            claims.append(claim)
         if not has_binding_conditions(claims):
             return None
         timeout = self.binding_timeout_seconds
@@ -460,8 +467,7 @@ class Binder:
         ended a second before ``writes_by``; still pending then, ``BindingConditionsPending`` is
         answered and the writes are kept for the next attempt. A failure (or the binding timeout)
         deallocates the claims concerned (reserved for this pod alone) and fails the bind."""
-        verdicts = self._binding_verdicts(keys)
-        if verdicts is None:
+        if self._binding_verdicts(keys) is None:
             return
         uid = pod_identity(decision.pod)[2]
         loop = asyncio.get_running_loop()
@@ -472,14 +478,15 @@ class Binder:
         announced = False
         try:
             while True:
-                assert verdicts is not None
-                if all(v.ready for _, v in verdicts):
+                event.clear()  # before reading: a report arriving from now on wakes the wait below
+                verdicts = self._binding_verdicts(keys)
+                if verdicts is None or all(v.ready for _, v in verdicts):
                     self.stats.binding_conditions_met += 1
                     return
                 failed = [(claim, v) for claim, v in verdicts if v.failed]
                 if failed:
                     for claim, verdict in failed:
-                        await deallocate_unbindable(self.backend, claim, uid, verdict)
+                        await release_unbindable(self.backend, self.store, claim, uid, verdict)
                     raise Transient(failed[0][1].failed, claim=failed[0][0].key, node=decision.node)
                 message = pending_message(decision.node)
                 if not announced:
@@ -489,14 +496,18 @@ class Binder:
                 remaining = until - loop.time()
                 if remaining <= 0:
                     raise BindingConditionsPending(message, node=decision.node)
-                event.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), remaining)
-                verdicts = self._binding_verdicts(keys) or []
         finally:
             waiters.remove(event)
             if not waiters:
                 self._condition_waiters.pop(decision.claims.pod_key, None)
+
+    def _current(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The pod as the store holds it now (its status may have moved since the bind read it)."""
+        namespace, name, uid = pod_identity(pod)
+        stored = self.store.pods.get(f"{namespace}/{name}")
+        return stored if stored is not None and pod_identity(stored)[2] == uid else pod
 
     async def _announce_pending(self, decision: _Decision, message: str) -> None:
         """What the in-tree plugin makes visible of a pod waiting for its devices: a Normal Event

@@ -15,7 +15,7 @@ waits up to ``binding_wait_seconds`` for the driver's report (woken by the claim
 by polling); then it binds, or answers ``Error`` (``BindingConditionsPending``) keeping what it
 wrote. The pod's next attempt finds its claims allocated on that node (their node selector pins it
 there), and its bind binds the pod once the conditions are met. The checks are pure functions;
-``deallocate_unbindable`` is the one write.
+``release_unbindable`` is the one write.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from typing import Any
 
 import structlog
 
-from extender.core.errors import ExtenderError, Transient
+from extender.core.errors import ExtenderError, ObjectNotFound, Transient
 from extender.core.model import DeviceResult, ResourceClaim
 from extender.state.backend import Backend
-from extender.state.claim_writes import deallocate
+from extender.state.claim_writes import deallocate, delete_claim
+from extender.state.store import ObjectStore
 
 log = structlog.get_logger()
 
@@ -45,6 +46,7 @@ __all__ = [
     "deallocate_unbindable",
     "has_binding_conditions",
     "pending_message",
+    "release_unbindable",
     "waiting_for",
 ]
 
@@ -177,3 +179,25 @@ async def deallocate_unbindable(backend: Backend, claim: ResourceClaim, pod_uid:
         return False
     log.info("binding_conditions.deallocated", claim=claim.key, reason=verdict.failed)
     return True
+
+
+async def release_unbindable(
+    backend: Backend, store: ObjectStore, claim: ResourceClaim, pod_uid: str, verdict: BindingVerdict
+) -> str:
+    """Free a claim whose devices failed binding or timed out: the claim bind created for the pod's
+    extended resources is deleted (as upstream's Unreserve and PostFilter delete it), any other is
+    deallocated (``deallocate_unbindable``). Returns what was done ("deletion", "deallocation") or
+    "" when nothing could be (logged)."""
+    if claim.key in store.extended_claims.get(pod_uid, {}):
+        try:
+            raw = await backend.get_claim(claim.namespace, claim.name)
+            if (raw.get("metadata") or {}).get("uid") == claim.uid:
+                await delete_claim(backend, raw)
+        except ObjectNotFound:
+            pass
+        except ExtenderError as exc:
+            log.warning("binding_conditions.delete_failed", claim=claim.key, reason=exc.reason)
+            return ""
+        log.info("binding_conditions.deleted", claim=claim.key, reason=verdict.failed)
+        return "deletion"
+    return "deallocation" if await deallocate_unbindable(backend, claim, pod_uid, verdict) else ""

@@ -196,16 +196,18 @@ def _add_extended(
     some). A claim an earlier attempt made that is not allocated for this pod is stale: the pod
     cannot be scheduled until it is deleted (``stale_extended_claim``)."""
     result.extended = demand
-    key = store.extended_claims.get(result.pod_uid)
-    if key is not None:
-        claim = store.claims.get(key)
-        if claim is not None and claim.allocation is not None and reserved_for(claim, result.pod_uid):
-            # a bind whose binding went unanswered kept it: the pod's next attempt goes where it is
-            result.all.append(claim)
-            result.allocated.append(claim)
-            result.extended_key = key
+    keys = store.extended_claims.get(result.pod_uid)
+    if keys:
+        kept = _kept_extended_claim(store, result.pod_uid)
+        if kept is not None and len(keys) == 1:
+            # a bind whose binding went unanswered (or that waits for binding conditions) kept it:
+            # the pod's next attempt goes where it is
+            result.all.append(kept)
+            result.allocated.append(kept)
+            result.extended_key = kept.key
             return
-        raise Transient(CANNOT_SCHEDULE_EXTENDED_CLAIM, claim=key)
+        stale = next(k for k in keys if kept is None or k != kept.key)
+        raise Transient(CANNOT_SCHEDULE_EXTENDED_CLAIM, claim=stale)
     special_key = extended_provisional_key(namespace, name, result.pod_uid)
     in_flight = ledger.get(special_key)
     if in_flight is not None and in_flight.pod_uid != result.pod_uid:  # pragma: no cover - keys carry the UID
@@ -217,16 +219,27 @@ def _add_extended(
     result.extended_key, result.extended_new = special_key, True
 
 
+def _kept_extended_claim(store: ObjectStore, pod_uid: str) -> ResourceClaim | None:
+    """Of the pod's extended-resource claims, the first allocated and reserved for it."""
+    for key in store.extended_claims.get(pod_uid, ()):
+        claim = store.claims.get(key)
+        if claim is not None and claim.allocation is not None and reserved_for(claim, pod_uid):
+            return claim
+    return None
+
+
 def stale_extended_claim(pod: Mapping[str, Any], store: ObjectStore) -> ResourceClaim | None:
-    """The extended-resource claim an earlier attempt of the pod left that is not allocated and
-    reserved for it (a bind that ended before it could clean up), or None. Like the in-tree
-    plugin's PostFilter, the extender deletes it so that the next attempt makes a new one."""
+    """An extended-resource claim an earlier attempt of the pod left that is not the one allocated
+    and reserved for it (a bind that ended before it could clean up, or a second claim made after
+    a create's answer was lost), or None. Like the in-tree plugin's PostFilter, the extender deletes
+    it so that the next attempt makes a new one (or uses the one kept)."""
     uid = pod_identity(pod)[2]
-    key = store.extended_claims.get(uid)
-    claim = None if key is None else store.claims.get(key)
-    if claim is None or (claim.allocation is not None and reserved_for(claim, uid)):
-        return None
-    return claim
+    kept = _kept_extended_claim(store, uid)
+    for key in store.extended_claims.get(uid, ()):
+        claim = store.claims.get(key)
+        if claim is not None and (kept is None or claim.key != kept.key):
+            return claim
+    return None
 
 
 def resolve_pod_claims(

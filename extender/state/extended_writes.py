@@ -21,7 +21,7 @@ from typing import Any
 from extender.core.convert import decode_object
 from extender.core.errors import InvalidObject
 from extender.core.extended import claim_object, requests_and_mappings
-from extender.core.model import AllocationResult, NodeInfo, ResourceClaim
+from extender.core.model import AllocationResult, ResourceClaim
 from extender.state.backend import Backend
 from extender.state.claim_writes import Written, sent
 from extender.state.claims import PodClaims, pod_identity
@@ -58,25 +58,27 @@ async def create_extended_claim(
     return decoded
 
 
-def extended_status(claims: PodClaims, claim_name: str, node: NodeInfo) -> dict[str, Any] | None:
-    """The pod's ``status.extendedResourceClaimStatus`` for its claim on ``node``: the claim's
-    name and, in upstream's order, which request serves which container's resource. None when the
-    node serves none of the pod's extended resources with DRA."""
+def extended_status(claims: PodClaims, claim: ResourceClaim) -> dict[str, Any] | None:
+    """The pod's ``status.extendedResourceClaimStatus`` for its extended-resource claim: the claim's
+    name and, in upstream's order, which of the claim's requests serves which container's resource
+    (the mappings of requests the claim does not have — resources a device plugin serves on the
+    node — left out). None when the pod has no such demand or the claim no request of it."""
     demand = claims.extended
     if demand is None:
         return None
-    served = demand.on_node(node.allocatable)
-    if not served:
+    names = {request.name for request in claim.requests}
+    _, mappings = requests_and_mappings(demand, demand.all_served())
+    kept = [m.to_json() for m in mappings if m.request_name in names]
+    if not kept:
         return None
-    _, mappings = requests_and_mappings(demand, served)
-    return {"requestMappings": [m.to_json() for m in mappings], "resourceClaimName": claim_name}
+    return {"requestMappings": kept, "resourceClaimName": claim.name}
 
 
 async def record_extended_status(
-    backend: Backend, pod: Mapping[str, Any], claims: PodClaims, claim_name: str, node: NodeInfo
+    backend: Backend, pod: Mapping[str, Any], claims: PodClaims, claim: ResourceClaim
 ) -> None:
     """Write the pod's ``status.extendedResourceClaimStatus`` unless it says so already."""
-    wanted = extended_status(claims, claim_name, node)
+    wanted = extended_status(claims, claim)
     if wanted is None:
         return
     current = (pod.get("status") or {}).get("extendedResourceClaimStatus")

@@ -55,6 +55,8 @@ class Holds:
                 return
             claims = node_claims
         results = _held_devices(verdict) if isinstance(verdict, Allocation) else None
+        if results is not None and len(results) != len(claims.to_allocate):
+            results = None  # not this pod's claims after all: decide afresh below
         if results is None:
             search = self.cluster.watched_search((node_name,))
             allocator = self.cluster.allocator(claims, refresh=False, budget=search.budget)

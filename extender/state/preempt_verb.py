@@ -197,6 +197,10 @@ class PreemptVerb:
         remaining = deadline - self.clock()
         if remaining <= 0:
             raise _OutOfTime
+        on_node = claims.on_node(self.store.node(node))  # extended resources a device plugin serves
+        if on_node is None:
+            return None
+        claims = on_node
         limit = self.cluster.filter_timeout_seconds
         seconds = min(limit, remaining) if limit else remaining
         allocator = self.cluster.allocator(claims, refresh=False, budget=self.cluster.budget(seconds), allocated=state)

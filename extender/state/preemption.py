@@ -342,6 +342,10 @@ class DevicePreemption:
     ) -> tuple[Plan, tuple[AllocationResult, ...], set[str]] | str | None:
         """The victims on one node, with the allocation and the freed claims; a text when the
         claims of pods already gone will do; None when no set of victims helps."""
+        on_node = claims.on_node(self.store.node(node))  # extended resources a device plugin serves
+        if on_node is None:
+            return None
+        claims = on_node
         candidates = [v for v in view.victims_on(node, claims.priority, self.store) if v.uid not in excluded]
         if view.gone_claims and self._fits(claims, node, self._state(claims, node, view.gone_claims)):
             return f"waiting for devices of deleted pods on node {node} to be deallocated"

@@ -42,8 +42,8 @@ from extender.state.binding_conditions import (
     DEFAULT_BINDING_WAIT_SECONDS,
     BindingVerdict,
     binding_verdict,
-    deallocate_unbindable,
     has_binding_conditions,
+    release_unbindable,
 )
 from extender.state.claim_writes import DELETE_PROTECTION_FINALIZER
 from extender.state.claims import PodClaims, pod_identity, stale_extended_claim
@@ -269,8 +269,9 @@ class SchedulingService:
 
     async def _deallocate_unbindable(self, pod: Mapping[str, Any]) -> FilterOutcome | None:
         """No node fits because a claim's devices failed binding or timed out: the claim is
-        deallocated (upstream's PostFilter) and ``Error`` answered so that the next attempt
-        allocates afresh; None when the pod has no such claim."""
+        deallocated, or deleted if bind created it for the pod's extended resources (upstream's
+        PostFilter), and ``Error`` answered so that the next attempt allocates afresh; None when
+        the pod has no such claim."""
         try:
             pod = self.cluster.pod(pod)
             unbindable = self._unbindable(self.cluster.claims(pod, from_templates=False))
@@ -284,11 +285,14 @@ class SchedulingService:
             return FilterOutcome([], error=f"claim {unbindable[0][0].key} must be deallocated, but {exc.reason}")
         uid = pod_identity(pod)[2]
         done = [
-            claim.key for claim, verdict in unbindable if await deallocate_unbindable(self.backend, claim, uid, verdict)
+            (claim.key, how)
+            for claim, verdict in unbindable
+            if (how := await release_unbindable(self.backend, self.store, claim, uid, verdict))
         ]
         if not done:
             return None
-        return FilterOutcome([], error=f"deallocation of ResourceClaim {done[0]} completed ({unbindable[0][1].failed})")
+        key, how = done[0]
+        return FilterOutcome([], error=f"{how} of ResourceClaim {key} completed ({unbindable[0][1].failed})")
 
     async def _delete_stale_claim(self, pod: Mapping[str, Any], outcome: FilterOutcome) -> FilterOutcome:
         """The pod's extended-resource claim an earlier attempt left behind is deleted (upstream's

@@ -263,8 +263,9 @@ class ObjectStore:
         self._allocations = AllocationIndex()  # allocated claims
         self._in_use = AllocationIndex()  # allocated claims and in-flight allocations (set_in_flight)
         #: Claims made for pods' extended resources (annotated, a pod as controller owner): the
-        #: owning pod's UID -> the claim's key (``extender.core.extended``).
-        self.extended_claims: dict[str, str] = {}
+        #: owning pod's UID -> the claims' keys, oldest first (normally one; an answer lost to a
+        #: create can leave a second) (``extender.core.extended``).
+        self.extended_claims: dict[str, dict[str, None]] = {}
         self._extended_classes: ExtendedClasses | None = None
 
     # --- ingest -------------------------------------------------------------------------------
@@ -469,13 +470,16 @@ class ObjectStore:
             return
         for ref in meta.get("ownerReferences") or []:
             if isinstance(ref, Mapping) and ref.get("controller") and ref.get("kind") == "Pod" and ref.get("uid"):
-                self.extended_claims[str(ref["uid"])] = key
+                self.extended_claims.setdefault(str(ref["uid"]), {})[key] = None
 
     def _unindex_extended_claim(self, key: str, raw: Mapping[str, Any] | None) -> None:
         for ref in ((raw or {}).get("metadata") or {}).get("ownerReferences") or []:
             uid = ref.get("uid") if isinstance(ref, Mapping) else None
-            if uid and self.extended_claims.get(str(uid)) == key:
-                del self.extended_claims[str(uid)]
+            keys = self.extended_claims.get(str(uid)) if uid else None
+            if keys is not None and key in keys:
+                del keys[key]
+                if not keys:
+                    del self.extended_claims[str(uid)]
 
     def _claim_allocation(self, key: str, allocation: AllocationResult | None) -> None:
         self._allocations.set(key, allocation)

@@ -206,3 +206,66 @@ async def test_a_failure_reported_during_the_wait_ends_it_and_deallocates() -> N
     with pytest.raises(Transient, match="device binding failed: claim=c"):
         await asyncio.wait_for(bind, 30)
     assert "allocation" not in backend.get("ResourceClaim", "default", "c")["status"]  # type: ignore[index]
+
+
+async def test_a_report_made_while_the_nomination_is_written_is_not_missed() -> None:
+    svc, backend = service(binding_wait_seconds=3600)  # a bound against a hang only
+    nominate = backend.set_nominated_node
+
+    async def nominate_and_report(namespace: str, name: str, uid: str, node: str) -> None:
+        await nominate(namespace, name, uid, node)
+        driver_reports(backend, "example.com/attached")  # the driver is quick: during the write
+
+    backend.set_nominated_node = nominate_and_report  # type: ignore[method-assign]
+    await asyncio.wait_for(svc.bind("default", "p", UID, "node-1"), 30)
+    live = backend.get("Pod", "default", "p")
+    assert live is not None and live["spec"]["nodeName"] == "node-1"
+
+
+async def test_a_claim_deallocated_during_the_wait_fails_the_bind() -> None:
+    svc, backend = service(binding_wait_seconds=3600)
+    bind = asyncio.create_task(svc.bind("default", "p", UID, "node-1"))
+    while not svc.binder.waiting_for_conditions("default/p"):
+        assert not bind.done(), bind.result()
+        await asyncio.sleep(0)
+    stored = backend.get("ResourceClaim", "default", "c")
+    assert stored is not None
+    for field in ("allocation", "reservedFor", "devices"):
+        stored["status"].pop(field, None)
+    backend.apply(stored)
+    with pytest.raises(Transient, match="claim default/c got deallocated in the meantime"):
+        await asyncio.wait_for(bind, 30)
+    live = backend.get("Pod", "default", "p")
+    assert live is not None and not live["spec"].get("nodeName")
+
+
+def test_a_failed_extended_resource_claim_is_deleted_not_just_deallocated() -> None:
+    mapped = gpu_class()
+    mapped["spec"]["extendedResourceName"] = "example.com/gpu"
+    wants_gpu = pod("q", uid="uid-q")
+    wants_gpu["spec"]["containers"][0]["resources"] = {"requests": {"example.com/gpu": "1"}}
+    backend = EmbeddedBackend(copy.deepcopy([mapped, node("node-1"), fabric_slice("node-1"), wants_gpu]))
+    svc = SchedulingService(backend=backend, binding_wait_seconds=0)
+    with pytest.raises(BindingConditionsPending):
+        asyncio.run(svc.bind("default", "q", "uid-q", "node-1"))
+    (made,) = backend.list_objects("ResourceClaim")
+    made["status"]["devices"] = [
+        {
+            "driver": "gpu.example.com",
+            "pool": "node-1",
+            "device": "gpu-0",
+            "conditions": [
+                {
+                    "type": "example.com/failed",
+                    "status": "True",
+                    "reason": "Broken",
+                    "message": "",
+                    "lastTransitionTime": "2026-12-02T00:00:00Z",
+                }
+            ],
+        }
+    ]
+    backend.apply(made)
+    outcome = asyncio.run(svc.filter_and_recover(wants_gpu, ["node-1"]))
+    assert outcome.error.startswith(f"deletion of ResourceClaim default/{made['metadata']['name']} completed")
+    assert backend.list_objects("ResourceClaim") == []

@@ -14,8 +14,9 @@ import pytest
 
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.answers import CANNOT_ALLOCATE
-from extender.core.errors import ApiUnavailable, ExtenderError
+from extender.core.errors import ApiUnavailable, ExtenderError, OutcomeUnknown
 from extender.core.extended import CANNOT_FIT_RESOURCE, EXTENDED_CLAIM_ANNOTATION
+from extender.state.preempt_verb import NodeVictims
 from extender.state.service import SchedulingService
 from tests.manifests import claim, cluster
 
@@ -206,3 +207,57 @@ def test_deleting_the_pod_releases_and_deletes_its_claim() -> None:
     backend.delete_pod("default", "p")
     assert extended_claims(backend) == []
     assert svc.filter(extended_pod("q", uid="uid-q"), NODES).node_names == NODES
+
+
+def plugin_node(objs: list[dict[str, Any]], *, drop_slices: bool = False) -> list[dict[str, Any]]:
+    """node-1 advertises example.com/gpu itself (a device plugin); without its DRA slice if asked."""
+    for obj in objs:
+        if obj["kind"] == "Node" and obj["metadata"]["name"] == "node-1":
+            obj["status"] = {"allocatable": {"example.com/gpu": "8"}}
+    if drop_slices:
+        objs = [o for o in objs if not (o["kind"] == "ResourceSlice" and o["spec"].get("nodeName") == "node-1")]
+    return objs
+
+
+@pytest.mark.parametrize("first", ["explicit", "implicit"])
+def test_pods_naming_the_resource_differently_do_not_share_remembered_verdicts(first: str) -> None:
+    explicit = extended_pod("a", uid="uid-a", gpus=3)
+    implicit = extended_pod("d", uid="uid-d", gpus=3)
+    implicit["spec"]["containers"][0]["resources"]["requests"] = {
+        "cpu": "1",
+        "deviceclass.resource.kubernetes.io/gpu": "3",
+    }
+    svc, _ = service(plugin_node(objects(explicit, implicit), drop_slices=True))
+    order = (explicit, implicit) if first == "explicit" else (implicit, explicit)
+    outcomes = {p["metadata"]["name"]: svc.filter(p, NODES) for p in order}
+    # only the explicit name is what node-1's device plugin advertises
+    assert outcomes["a"].node_names == ["node-1"]
+    assert outcomes["d"].node_names == [] and "node-1" in outcomes["d"].unresolvable
+
+
+def test_a_retried_bind_keeps_the_extended_claims_name_in_the_pod_status() -> None:
+    pod = extended_pod(gpus=1, claims=("c-p",))
+    svc, backend = service(objects(claim("c-p"), pod))
+    backend.faults.fail("bind_pod", OutcomeUnknown("lost"), times=None)
+    backend.faults.fail("get_pod", OutcomeUnknown("lost"), times=None)
+    with pytest.raises(ExtenderError):
+        asyncio.run(svc.bind("default", "p", UID, "node-1"))  # writes kept: the binding's outcome unknown
+    backend.faults.clear()
+    asyncio.run(svc.bind("default", "p", UID, "node-1"))
+    [made] = extended_claims(backend)
+    stored = backend.get("Pod", "default", "p")
+    assert stored is not None and stored["spec"]["nodeName"] == "node-1"
+    assert stored["status"]["extendedResourceClaimStatus"]["resourceClaimName"] == made["metadata"]["name"]
+
+
+def test_a_retried_bind_of_a_pod_its_device_plugin_serves_succeeds() -> None:
+    svc, backend = service(plugin_node(objects(extended_pod(gpus=5))))
+    asyncio.run(svc.bind("default", "p", UID, "node-1"))
+    asyncio.run(svc.bind("default", "p", UID, "node-1"))  # a retry after a lost answer: nothing to do
+    assert extended_claims(backend) == []
+
+
+def test_the_preempt_verb_passes_a_node_whose_device_plugin_serves_the_pod() -> None:
+    svc, _ = service(plugin_node(objects(extended_pod(gpus=5)), drop_slices=True))
+    outcome = asyncio.run(svc.preempt(extended_pod(gpus=5), {"node-1": NodeVictims(("uid-victim",))}))
+    assert outcome.victims == {"node-1": NodeVictims(uids=("uid-victim",), pdb_violations=0)}

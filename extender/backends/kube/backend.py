@@ -647,7 +647,7 @@ class KubeBackend:
     async def remove_claim(self, namespace: str, name: str, uid: str) -> None:
         namespace = namespace or "default"
         try:
-            await self._api().request(
+            answer = await self._api().request(
                 "DELETE",
                 self._claim_path(namespace, name),
                 body={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}},
@@ -657,6 +657,13 @@ class KubeBackend:
         except ExtenderError as exc:
             exc.claim = exc.claim or f"{namespace}/{name}"
             raise
+        # Gone now (no finalizer left): out of the store at once, so that the pod's next attempt
+        # cannot find it there before the watch shows the deletion.
+        if isinstance(answer, dict) and answer.get("kind") in ("ResourceClaim", None) and answer.get("metadata"):
+            meta = answer["metadata"]
+            if not meta.get("finalizers"):
+                answer.setdefault("kind", "ResourceClaim")
+                self.feeder.removed(answer)
 
     async def patch_pod_status(self, namespace: str, name: str, uid: str, status: dict[str, Any]) -> None:
         namespace = namespace or "default"

@@ -104,6 +104,24 @@ class StoreFeeder:
         """An object as the API server returned it after our write."""
         self.apply("MODIFIED", obj)
 
+    def removed(self, obj: dict[str, Any]) -> None:
+        """An object our DELETE removed (the API server's answer): gone from the store at once,
+        and no event of the version we knew or older brings it back."""
+        kind = str(obj.get("kind") or "")
+        try:
+            key = object_key(kind, obj)
+        except InvalidObject:
+            return
+        versions = [v for v in (resource_version(obj), self._versions.get(kind, {}).get(key)) if v is not None]
+        self._delete(kind, key)
+        self._versions.get(kind, {}).pop(key, None)
+        if versions:
+            stones = self._tombstones.setdefault(kind, OrderedDict())
+            stones[key] = max(versions)
+            stones.move_to_end(key)
+            while len(stones) > MAX_TOMBSTONES:
+                stones.popitem(last=False)
+
     # --- internals ------------------------------------------------------------------------------
 
     def _stale(self, kind: str, key: str, version: int | None) -> bool:
