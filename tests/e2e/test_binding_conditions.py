@@ -92,3 +92,27 @@ def test_a_pod_waits_for_its_devices_binding_conditions_as_in_tree(scenario: Sce
             status["status"]["devices"][0]["conditions"][0].pop("lastTransitionTime", None)
     assert ours["claims"] == theirs["claims"]
     assert ours["pods"]["p1"]["nodeName"] == theirs["pods"]["p1"]["nodeName"] == "<prefix>-node-1"
+
+
+def allocated_again(s: Scenario) -> bool:
+    """The claim deallocated after the failure and allocated afresh: an allocation without the
+    driver's failed device status (deallocation cleared it)."""
+    status = s.get_claim("one").get("status") or {}
+    return bool(status.get("allocation")) and not status.get("devices")
+
+
+def test_a_failed_binding_deallocates_and_schedules_again_as_in_tree(scenario: Scenario, reference: Scenario) -> None:
+    with ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(waiting, s, name) for s, name in ((scenario, SCHEDULER_NAME), (reference, IN_TREE))]
+        for run in runs:
+            run.result()
+    for s in (scenario, reference):
+        report(s, "one", f"{s.prefix}-node-1", "example.com/failed")
+    for s in (scenario, reference):
+        failed = eventually(
+            lambda s=s: [e for e in s.events_for("p1", "FailedScheduling") if "device binding failed" in e["message"]],
+            what="a FailedScheduling event naming the binding failure",
+        )
+        assert "claim=one" in failed[-1]["message"], failed[-1]["message"]
+        eventually(lambda s=s: allocated_again(s), what="the claim allocated again")
+        assert s.get_pod("p1")["spec"].get("nodeName") is None
