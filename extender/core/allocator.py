@@ -65,10 +65,19 @@ from extender.core.model import (
     ResourceSlice,
 )
 from extender.core.nodeselector import node_matches, pinned_node_names
-from extender.core.pools import CounterKey, DeviceEntry, NodeView, Pool, PoolNodeSelectionError, SliceSnapshot
+from extender.core.pools import (
+    CounterKey,
+    DeviceEntry,
+    NodeView,
+    Pool,
+    PoolNodeSelectionError,
+    SliceSnapshot,
+    counters_left,
+)
 from extender.core.quantity import Quantity
 
 __all__ = [
+    "BLOCKING_TAINT_EFFECTS",
     "INVALID_POOLS",
     "Allocation",
     "Allocator",
@@ -102,10 +111,15 @@ def tolerates(toleration: DeviceToleration, taint: DeviceTaint) -> bool:
     return False
 
 
+#: Device taint effects that keep a device from requests that do not tolerate them (``None`` and
+#: unknown effects never do).
+BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+
+
 def taint_blocks(taints: Iterable[DeviceTaint], tolerations: Sequence[DeviceToleration]) -> DeviceTaint | None:
     """The first taint that blocks allocation (NoSchedule/NoExecute, not tolerated), else None."""
     for taint in taints:
-        if taint.effect not in ("NoSchedule", "NoExecute"):
+        if taint.effect not in BLOCKING_TAINT_EFFECTS:
             continue
         if not any(tolerates(t, taint) for t in tolerations):
             return taint
@@ -879,18 +893,7 @@ class Allocator:
             result[key] = cached
         if not missing:
             return result
-        result = {key: dict(cs.counters) for key, cs in pool.counter_sets.items()}
-        shared_in_use = {sid.device for sid in self.allocated.shared_ids}
-        shared_in_use.update(self.allocated.consumed_capacity)
-        for entry in pool.all_entries:
-            if not entry.counters:
-                continue
-            if entry.id not in self.allocated.devices and entry.id not in shared_in_use:
-                continue
-            for key, counters in entry.counters:
-                left = result[key]
-                for name, amount in counters.items():
-                    left[name] = left[name] - amount
+        result = counters_left(pool, self.allocated)
         for key, left in result.items():
             self._available_counters[(id(pool), key)] = left
         return result

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from extender.core.model import (
+    AllocatedState,
     CounterSet,
     Device,
     DeviceID,
@@ -33,6 +34,7 @@ __all__ = [
     "Pool",
     "PoolNodeSelectionError",
     "SliceSnapshot",
+    "counters_left",
     "device_matches_node",
     "gather_pools",
 ]
@@ -367,3 +369,26 @@ def _resolve_counters(
                 return (), f"counter {counter} not found in counter set {consumption.counter_set}"
         resolved.append((key, consumption.counters))
     return tuple(resolved), None
+
+
+def counters_left(pool: Pool, allocated: AllocatedState) -> dict[CounterKey, dict[str, Quantity]]:
+    """The pool's shared counters minus what its devices in use consume: an exclusively allocated
+    device, or a shared one in use by any claim (counted once: the 1.37 fix); admin-access
+    allocations are not in ``allocated`` and so consume nothing. What the allocator checks a
+    partition against, and what the device map shows."""
+    left = {key: dict(counter_set.counters) for key, counter_set in pool.counter_sets.items()}
+    if not left:
+        return left
+    shared = {share.device for share in allocated.shared_ids}
+    shared.update(allocated.consumed_capacity)
+    for entry in pool.all_entries:
+        if not entry.counters or (entry.id not in allocated.devices and entry.id not in shared):
+            continue
+        for key, counters in entry.counters:
+            totals = left.get(key)
+            if totals is None:
+                continue
+            for name, amount in counters.items():
+                if name in totals:
+                    totals[name] = totals[name] - amount
+    return left

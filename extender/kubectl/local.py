@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from extender.backends.embedded import EmbeddedBackend
+from extender.core.allocator import BLOCKING_TAINT_EFFECTS
 from extender.core.convert import encode_attribute_value
 from extender.core.errors import ExtenderError
 from extender.core.model import DeviceID
@@ -22,8 +23,8 @@ from extender.state.why import why
 
 __all__ = ["NO_SCHEDULE_EFFECTS", "PodNotFound", "Snapshot", "device_rows"]
 
-#: Device taint effects that keep a device from new claims.
-NO_SCHEDULE_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+#: Device taint effects that keep a device from new claims (the allocator's).
+NO_SCHEDULE_EFFECTS = BLOCKING_TAINT_EFFECTS
 #: The order objects are loaded in: what others refer to first, pods last (their template claims).
 _ORDER = {"Namespace": 0, "Node": 1, "DeviceClass": 2, "ResourceSlice": 3, "ResourceClaimTemplate": 4}
 _ORDER.update({"ResourceClaim": 5, "PodDisruptionBudget": 6, "Pod": 7})

@@ -59,7 +59,7 @@ from extender.state.binding_conditions import (
     release_unbindable,
 )
 from extender.state.claim_writes import Written, roll_back, write_allocation, write_reservation
-from extender.state.claims import PodClaims, pod_identity, reserved_for
+from extender.state.claims import PodClaims, pod_identity, pod_uid, reserved_for
 from extender.state.classic import ClassicNegotiator
 from extender.state.cluster import ClusterView
 from extender.state.extended_writes import create_extended_claim, record_extended_status
@@ -165,9 +165,9 @@ class Binder:
         deadline = loop.time() + self.deadline_seconds
         writes_by = deadline - rollback_reserve(self.deadline_seconds)
         pod: Mapping[str, Any] | None = self.store.pods.get(f"{namespace}/{name}")
-        if pod is None or (uid and pod_identity(pod)[2] != uid):
+        if pod is None or (uid and pod_uid(pod) != uid):
             pod = await self._read_pod(namespace, name, writes_by)  # the one await before the decision
-        actual_uid = pod_identity(pod)[2]
+        actual_uid = pod_uid(pod)
         if uid and actual_uid != uid:
             raise WriteConflict(f'pod "{namespace}/{name}" has UID {actual_uid}, not {uid}: it was re-created')
         if actual_uid in self.binding:
@@ -304,7 +304,7 @@ class Binder:
         try:
             while True:
                 pod: Mapping[str, Any] | None = self.store.pods.get(pod_key)
-                if pod is None or pod_identity(pod)[2] != decision.claims.pod_uid:
+                if pod is None or pod_uid(pod) != decision.claims.pod_uid:
                     # the watch has not shown this pod yet (bind read it from the API): wait on
                     # the copy bind has; a pod deleted or re-created meanwhile runs into the
                     # deadline or, later, the binding's UID precondition
@@ -338,7 +338,7 @@ class Binder:
         until = writes_by - min(2.0, max(0.0, writes_by - loop.time()) / 4)
         claims = await self.classic.allocate_for(decision.pod, decision.claims, decision.node, until)
         pod: Mapping[str, Any] | None = self.store.pods.get(claims.pod_key)
-        if pod is None or pod_identity(pod)[2] != claims.pod_uid:
+        if pod is None or pod_uid(pod) != claims.pod_uid:
             pod = decision.pod
         return await cooperative.run(self._decide_again, decision, pod, claims)
 
@@ -469,7 +469,7 @@ class Binder:
         deallocates the claims concerned (reserved for this pod alone) and fails the bind."""
         if self._binding_verdicts(keys) is None:
             return
-        uid = pod_identity(decision.pod)[2]
+        uid = pod_uid(decision.pod)
         loop = asyncio.get_running_loop()
         until = min(loop.time() + self.binding_wait_seconds, writes_by - 1.0)
         event = asyncio.Event()
@@ -507,7 +507,7 @@ class Binder:
         """The pod as the store holds it now (its status may have moved since the bind read it)."""
         namespace, name, uid = pod_identity(pod)
         stored = self.store.pods.get(f"{namespace}/{name}")
-        return stored if stored is not None and pod_identity(stored)[2] == uid else pod
+        return stored if stored is not None and pod_uid(stored) == uid else pod
 
     async def _announce_pending(self, decision: _Decision, message: str) -> None:
         """What the in-tree plugin makes visible of a pod waiting for its devices: a Normal Event
@@ -549,6 +549,4 @@ class Binder:
             live = await self.backend.get_pod(namespace, name)
         except ExtenderError:
             return False
-        return (
-            live is not None and pod_identity(live)[2] == uid and (live.get("spec") or {}).get("nodeName") == node_name
-        )
+        return live is not None and pod_uid(live) == uid and (live.get("spec") or {}).get("nodeName") == node_name

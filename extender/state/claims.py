@@ -40,10 +40,13 @@ from extender.state.store import ObjectStore
 
 __all__ = [
     "MAX_CONSUMERS",
+    "PodClaimRef",
     "PodClaims",
     "extended_provisional_key",
+    "pod_claim_refs",
     "pod_identity",
     "pod_priority",
+    "pod_uid",
     "provisional_key",
     "reserved_for",
     "resolve_pod_claims",
@@ -123,6 +126,11 @@ def _owned_by(raw_claim: Mapping[str, Any], pod_uid: str) -> bool:
         if ref.get("controller") and ref.get("uid") == pod_uid:
             return True
     return False
+
+
+def pod_uid(pod: Mapping[str, Any]) -> str:
+    """A raw pod's ``metadata.uid`` ("" when it has none)."""
+    return str((pod.get("metadata") or {}).get("uid") or "")
 
 
 def pod_priority(pod: Mapping[str, Any]) -> int:
@@ -233,13 +241,51 @@ def stale_extended_claim(pod: Mapping[str, Any], store: ObjectStore) -> Resource
     and reserved for it (a bind that ended before it could clean up, or a second claim made after
     a create's answer was lost), or None. Like the in-tree plugin's PostFilter, the extender deletes
     it so that the next attempt makes a new one (or uses the one kept)."""
-    uid = pod_identity(pod)[2]
+    uid = pod_uid(pod)
     kept = _kept_extended_claim(store, uid)
     for key in store.extended_claims.get(uid, ()):
         claim = store.claims.get(key)
         if claim is not None and (kept is None or claim.key != kept.key):
             return claim
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class PodClaimRef:
+    """One ``spec.resourceClaims[]`` entry of a pod, with what its status says of it."""
+
+    #: The entry's ``name``.
+    name: str
+    #: ``resourceClaimName``, or for a template claim the ``resourceClaimName`` its status entry
+    #: records (None: no entry yet; "": the controller made none on purpose).
+    claim: str | None
+    #: ``resourceClaimTemplateName`` (None for a direct claim).
+    template: str | None
+
+
+def pod_claim_refs(pod: Mapping[str, Any]) -> list[PodClaimRef]:
+    """The pod's ``spec.resourceClaims``, in order, each with its claim's name as far as known: the
+    one place a pod's ``status.resourceClaimStatuses`` is read (entries that are not objects are
+    skipped: the wire check refuses them)."""
+    statuses = {
+        entry.get("name"): entry
+        for entry in ((pod.get("status") or {}).get("resourceClaimStatuses") or [])
+        if isinstance(entry, dict)
+    }
+    refs: list[PodClaimRef] = []
+    for pod_claim in (pod.get("spec") or {}).get("resourceClaims") or []:
+        if not isinstance(pod_claim, dict):
+            continue
+        name = str(pod_claim.get("name") or "")
+        if pod_claim.get("resourceClaimName"):
+            refs.append(PodClaimRef(name, str(pod_claim["resourceClaimName"]), None))
+        elif pod_claim.get("resourceClaimTemplateName"):
+            entry = statuses.get(pod_claim.get("name"))
+            created = None if entry is None else str(entry.get("resourceClaimName") or "")
+            refs.append(PodClaimRef(name, created, str(pod_claim["resourceClaimTemplateName"])))
+        else:
+            refs.append(PodClaimRef(name, None, None))
+    return refs
 
 
 def resolve_pod_claims(
@@ -251,23 +297,16 @@ def resolve_pod_claims(
     classic_dra: str | None = None,
 ) -> PodClaims:
     namespace, name, uid = pod_identity(pod)
-    spec = pod.get("spec") or {}
     result = PodClaims(pod_key=f"{namespace}/{name}", pod_uid=uid, priority=pod_priority(pod))
-    statuses = {
-        entry.get("name"): entry
-        for entry in ((pod.get("status") or {}).get("resourceClaimStatuses") or [])
-        if isinstance(entry, dict)
-    }
-    for pod_claim in spec.get("resourceClaims") or []:
-        pod_claim_name = pod_claim.get("name")
-        if pod_claim.get("resourceClaimName"):
-            claim_name, check_owner = str(pod_claim["resourceClaimName"]), False
-        elif pod_claim.get("resourceClaimTemplateName"):
-            entry = statuses.get(pod_claim_name)
-            known = entry is not None and f"{namespace}/{entry.get('resourceClaimName')}" in store.claims
-            if from_templates and not known and (entry is None or entry.get("resourceClaimName")):
-                template_name = str(pod_claim["resourceClaimTemplateName"])
-                provisional = _provisional(store, result, namespace, name, str(pod_claim_name), template_name)
+    for ref in pod_claim_refs(pod):
+        pod_claim_name = ref.name
+        if ref.template is None and ref.claim is not None:
+            claim_name, check_owner = ref.claim, False
+        elif ref.template is not None:
+            known = bool(ref.claim) and f"{namespace}/{ref.claim}" in store.claims
+            if from_templates and not known and ref.claim != "":
+                template_name = ref.template
+                provisional = _provisional(store, result, namespace, name, pod_claim_name, template_name)
                 if provisional is not None and provisional.controller:
                     _check_classic(provisional, classic_dra)  # raises where classic DRA is not driven
                     # a classic claim must exist before its driver can be asked about it
@@ -280,11 +319,11 @@ def resolve_pod_claims(
                     result.all.append(provisional)
                     result.to_allocate.append(provisional)
                     continue
-            if entry is None:
+            if ref.claim is None:
                 raise ClaimNotCreated(f'pod "{namespace}/{name}": ResourceClaim not created yet')
-            if not entry.get("resourceClaimName"):
+            if not ref.claim:
                 continue  # intentionally not created
-            claim_name, check_owner = str(entry["resourceClaimName"]), True
+            claim_name, check_owner = ref.claim, True
         else:
             raise PodUnschedulable(
                 f'pod "{namespace}/{name}", spec.resourceClaim "{pod_claim_name}": none of the supported fields are set'

@@ -47,7 +47,7 @@ from extender.core.classic import (
 from extender.core.errors import DeadlineExceeded, ExtenderError, ObjectNotFound, Transient, WriteConflict
 from extender.core.model import ResourceClaim
 from extender.state.claim_writes import json_copy
-from extender.state.claims import PodClaims, pod_identity
+from extender.state.claims import PodClaims, pod_identity, pod_uid
 from extender.state.cluster import ClusterView
 from extender.state.verdicts import FilterOutcome
 
@@ -150,7 +150,7 @@ class ClassicNegotiator:
             while key in self._wanted and key not in self._binding:
                 pod, nodes = self._wanted.pop(key)
                 context = self.store.scheduling_contexts.get(key)
-                ours = context is not None and context.owner_uid == pod_identity(pod)[2]
+                ours = context is not None and context.owner_uid == pod_uid(pod)
                 if ours and context is not None and context.potential_nodes == nodes:
                     continue
                 stored = self.store.pods.get(key)
@@ -382,7 +382,7 @@ class ClassicNegotiator:
         at work; raises when they cannot finish for ``node``."""
         namespace, name, uid = pod_identity(pod)
         stored = self.store.pods.get(f"{namespace}/{name}")
-        if stored is not None and pod_identity(stored)[2] == uid:
+        if stored is not None and pod_uid(stored) == uid:
             if (stored.get("metadata") or {}).get("deletionTimestamp"):
                 raise Transient(f'pod "{namespace}/{name}" is being deleted')
             pod = stored
@@ -427,7 +427,7 @@ class ClassicNegotiator:
         selected (the driver would allocate for it again at once: a failure to clear it stops
         here), then ``reservedFor`` emptied and ``deallocationRequested`` set, in one write."""
         await self.clear_selection(pod)
-        uid = pod_identity(pod)[2]
+        uid = pod_uid(pod)
         raw = await self.backend.get_claim(claim.namespace, claim.name)
         status = raw.setdefault("status", {})
         if not status.get("allocation") or status.get("deallocationRequested"):

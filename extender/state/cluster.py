@@ -19,7 +19,7 @@ from extender.core.model import AllocatedState, Features
 from extender.core.pools import PoolNodeSelectionError
 from extender.state import cooperative
 from extender.state.backend import Backend
-from extender.state.claims import PodClaims, pod_identity, resolve_pod_claims
+from extender.state.claims import PodClaims, pod_identity, pod_uid, resolve_pod_claims
 from extender.state.ledger import InFlightAllocation, InFlightLedger
 from extender.state.nominations import Nominations
 
@@ -135,7 +135,7 @@ class ClusterView:
         self.backend.observe_pod(dict(pod))
         namespace, name, uid = pod_identity(pod)
         stored = self.store.pods.get(f"{namespace}/{name}")
-        if stored is not None and pod_identity(stored)[2] == uid:
+        if stored is not None and pod_uid(stored) == uid:
             return stored
         return pod
 

@@ -22,6 +22,10 @@ What a paused search read may change meanwhile: callers check afterwards whether
 (``VerdictCache.verdicts``, ``Binder``). Called outside ``run`` (tests, explain, the CLI),
 ``slice_ended`` does nothing and the search simply runs to its end.
 
+``Pacer`` is the same idea for loops of small steps rather than one search: after each step,
+``await pacer()`` (async code) or ``pacer.step()`` (code under ``run``) lets the event loop run
+once a slice of work is used up; the read models (listing, explain, the device map) use it.
+
 ``slice_ended(resume_after)`` may name what ``run`` awaits, after its turn of the loop, before the
 search goes on: ``ClusterView.on_pause`` uses it so that a test holds a search at a chosen pause
 while other requests run, instead of racing it with sleeps.
@@ -31,12 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import time
 from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
 import greenlet
 
-__all__ = ["can_pause", "run", "slice_ended"]
+__all__ = ["Pacer", "can_pause", "run", "slice_ended"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -107,3 +112,32 @@ async def run(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if not child.dead:  # cancelled while paused: unwind the search (its finally blocks run)
             child.throw(greenlet.GreenletExit)
     return result  # type: ignore[no-any-return]
+
+
+class Pacer:
+    """Lets the event loop run after every ``seconds`` of work done in small steps: call it after
+    each step. ``clock`` (seconds) is injectable; a step never pauses before its slice is used up."""
+
+    __slots__ = ("_clock", "_deadline", "_seconds")
+
+    def __init__(self, seconds: float, *, clock: Callable[[], float] = time.perf_counter) -> None:
+        self._seconds = seconds
+        self._clock = clock
+        self._deadline = clock() + seconds
+
+    def _due(self) -> bool:
+        if self._clock() < self._deadline:
+            return False
+        self._deadline = self._clock() + self._seconds
+        return True
+
+    async def __call__(self) -> None:
+        """In async code: one turn of the event loop once the slice is used up."""
+        if self._due():
+            await asyncio.sleep(0)
+
+    def step(self) -> None:
+        """In code that ``run`` may pause (a synchronous explanation, say): ``slice_ended`` once
+        the slice is used up; nothing outside ``run``."""
+        if self._due():
+            slice_ended()

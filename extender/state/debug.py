@@ -8,7 +8,6 @@ runs the filter without holds, which also publishes no ``potentialNodes`` of cla
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -152,11 +151,9 @@ class DebugViews:
         out["error"] = outcome.error
         # Explained node by node, no search budget sees this loop: it lets the event loop run
         # itself (under ``cooperative.run``) every slice of work, as a search does.
-        slice_ends = time.perf_counter() + self.cluster.slice_seconds
+        pacer = cooperative.Pacer(self.cluster.slice_seconds)
         for node_name in node_names:
-            if time.perf_counter() >= slice_ends:
-                cooperative.slice_ended()
-                slice_ends = time.perf_counter() + self.cluster.slice_seconds
+            pacer.step()
             node = self.store.node(node_name)
             explanation = explain_node(
                 claims.to_allocate,

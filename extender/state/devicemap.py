@@ -40,15 +40,16 @@ from typing import Any
 
 import structlog
 
+from extender.core.allocator import BLOCKING_TAINT_EFFECTS
 from extender.core.cel import CelCompileError
 from extender.core.convert import encode_attribute_value
-from extender.core.model import AllocatedState, Device, DeviceClass, DeviceID, ResourceSlice
-from extender.core.pools import CounterKey, DeviceEntry, NodeView, Pool, PoolNodeSelectionError
+from extender.core.model import Device, DeviceClass, DeviceID, ResourceSlice
+from extender.core.pools import CounterKey, DeviceEntry, NodeView, Pool, PoolNodeSelectionError, counters_left
 from extender.core.quantity import Quantity
 from extender.state import cooperative
 from extender.state import why as why_module
 from extender.state.binding_conditions import waiting_for
-from extender.state.claims import pod_priority
+from extender.state.claims import pod_claim_refs, pod_priority
 from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
 from extender.state.rejected import RejectedPods
@@ -77,7 +78,6 @@ log = structlog.get_logger()
 DEVICE_STATES = ("free", "allocated", "binding", "held", "nominated", "tainted", "shared", "admin")
 _STATE_INDEX = {state: i for i, state in enumerate(DEVICE_STATES)}
 #: Taint effects that keep a device from new allocations (``None`` effects and others do not).
-BLOCKING_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
 #: The largest page of nodes one request may ask for.
 MAX_PAGE = 500
 #: Pending pods explained in the list (each explanation is a filter over every node).
@@ -179,27 +179,6 @@ def device_state(device: Device, holders: Sequence[Holder], taken: bool = False,
     return "free"
 
 
-def counters_left(pool: Pool, in_use: AllocatedState) -> dict[CounterKey, dict[str, Quantity]]:
-    """The pool's shared counters minus what its devices in use consume (a shared device counts
-    once), as the allocator counts them (``Allocator.counters_left``)."""
-    left = {key: dict(counter_set.counters) for key, counter_set in pool.counter_sets.items()}
-    if not left:
-        return left
-    shared = {share.device for share in in_use.shared_ids}
-    shared.update(in_use.consumed_capacity)
-    for entry in pool.all_entries:
-        if not entry.counters or (entry.id not in in_use.devices and entry.id not in shared):
-            continue
-        for key, counters in entry.counters:
-            totals = left.get(key)
-            if totals is None:
-                continue
-            for name, amount in counters.items():
-                if name in totals:
-                    totals[name] = totals[name] - amount
-    return left
-
-
 def device_use(
     entry: DeviceEntry,
     state: str,
@@ -254,24 +233,13 @@ def _uses_claims_on_node(pod: Mapping[str, Any]) -> bool:
 def _pod_claims(pod: Mapping[str, Any], namespace: str) -> tuple[list[str], list[str]]:
     """The keys of the claims a pod names (template claims once created), and the templates of
     those not created yet."""
-    statuses = {
-        entry.get("name"): entry.get("resourceClaimName")
-        for entry in ((pod.get("status") or {}).get("resourceClaimStatuses") or [])
-        if isinstance(entry, dict)
-    }
     claims: list[str] = []
     templates: list[str] = []
-    for pod_claim in (pod.get("spec") or {}).get("resourceClaims") or []:
-        if not isinstance(pod_claim, dict):
-            continue
-        if pod_claim.get("resourceClaimName"):
-            claims.append(f"{namespace}/{pod_claim['resourceClaimName']}")
-        elif pod_claim.get("resourceClaimTemplateName"):
-            created = statuses.get(pod_claim.get("name"))
-            if created:
-                claims.append(f"{namespace}/{created}")
-            else:
-                templates.append(f"{namespace}/{pod_claim['resourceClaimTemplateName']}")
+    for ref in pod_claim_refs(pod):
+        if ref.claim:
+            claims.append(f"{namespace}/{ref.claim}")
+        elif ref.template is not None:
+            templates.append(f"{namespace}/{ref.template}")
     return claims, templates
 
 
@@ -955,7 +923,7 @@ class DeviceMap:
         opened meanwhile waits for the first one's work instead of doing it again."""
         async with self._preparing:
             self._sync()
-            deadline = time.perf_counter() + slice_seconds
+            pace = cooperative.Pacer(slice_seconds)
             for name in list(self._names):
                 if name not in self._name_set:
                     continue  # gone while the loop ran
@@ -970,9 +938,7 @@ class DeviceMap:
                 render = self._node(name)
                 if device is not None:
                     self._class_mask(render, device)
-                if time.perf_counter() >= deadline:
-                    await asyncio.sleep(0)
-                    deadline = time.perf_counter() + slice_seconds
+                await pace()
 
     def summary(self) -> dict[str, Any]:
         revision = self._sync()

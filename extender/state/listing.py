@@ -17,10 +17,8 @@ templates, v1alpha3 classes with ``suitableNodes``), which stays as held, as in
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import inspect
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +30,7 @@ from extender.core.convert import (
 )
 from extender.core.errors import InvalidObject
 from extender.state.backend import Backend
+from extender.state.cooperative import Pacer
 from extender.state.debug import without_v1_form
 
 __all__ = ["LISTED_KINDS", "held_objects"]
@@ -60,7 +59,7 @@ async def held_objects(backend: Backend, *, slice_seconds: float = SLICE_SECONDS
     lister = getattr(backend, "list_objects", None)
     items: list[dict[str, Any]] = []
     incomplete: list[str] = []
-    pace = _Pace(slice_seconds)
+    pace = Pacer(slice_seconds)
     for kind in LISTED_KINDS:
         if lister is not None:
             listed = lister(kind)
@@ -91,21 +90,6 @@ async def held_objects(backend: Backend, *, slice_seconds: float = SLICE_SECONDS
     if incomplete:
         out["metadata"]["incomplete"] = incomplete
     return out
-
-
-class _Pace:
-    """``await pace()`` after each unit of work: lets the event loop run once a slice is used up."""
-
-    __slots__ = ("_deadline", "_seconds")
-
-    def __init__(self, seconds: float) -> None:
-        self._seconds = seconds
-        self._deadline = time.perf_counter() + seconds
-
-    async def __call__(self) -> None:
-        if time.perf_counter() >= self._deadline:
-            await asyncio.sleep(0)
-            self._deadline = time.perf_counter() + self._seconds
 
 
 def _answered(kind: str, raw: dict[str, Any]) -> dict[str, Any]:

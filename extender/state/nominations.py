@@ -17,7 +17,7 @@ import structlog
 
 from extender.core.model import AllocatedState, AllocationResult
 from extender.core.preemption import Victim
-from extender.state.claims import pod_identity
+from extender.state.claims import pod_uid
 
 __all__ = ["PLAN_SECONDS", "Nomination", "Nominations", "PendingPlan"]
 
@@ -87,7 +87,7 @@ class Nominations:
         """Plans whose pod the store shows nominated to their node become nominations."""
         for key, plan in list(self.pending.items()):
             pod = pods.get(plan.pod_key)
-            if now >= plan.expires or (pod is not None and pod_identity(pod)[2] != plan.pod_uid):
+            if now >= plan.expires or (pod is not None and pod_uid(pod) != plan.pod_uid):
                 del self.pending[key]
                 continue
             if pod is None or (pod.get("status") or {}).get("nominatedNodeName") != plan.node:
@@ -128,7 +128,7 @@ class Nominations:
         victims_left: set[str] | None = None
         for uid, nomination in list(self.by_uid.items()):
             pod = pods.get(nomination.pod_key)
-            gone = (pod is None and nomination.seen) or (pod is not None and pod_identity(pod)[2] != uid)
+            gone = (pod is None and nomination.seen) or (pod is not None and pod_uid(pod) != uid)
             bound = pod is not None and bool((pod.get("spec") or {}).get("nodeName"))
             if gone or bound:
                 del self.by_uid[uid]
@@ -140,7 +140,7 @@ class Nominations:
                 continue
             if now >= nomination.expires:
                 if victims_left is None:
-                    victims_left = {pod_identity(p)[2] for p in pods.values()}
+                    victims_left = {pod_uid(p) for p in pods.values()}
                 if not any(v.uid in victims_left for v in nomination.victims):
                     del self.by_uid[uid]  # never while a victim is still there (a long grace period)
                     self.changes += 1

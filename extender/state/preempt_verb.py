@@ -54,7 +54,7 @@ from extender.core.answers import Unresolvable
 from extender.core.errors import AllocationTimedOut, ExtenderError
 from extender.core.model import AllocatedState
 from extender.core.preemption import Victim, by_importance, choose_victims, protected_victims, released
-from extender.state.claims import PodClaims, pod_identity, pod_priority
+from extender.state.claims import PodClaims, pod_identity, pod_priority, pod_uid
 from extender.state.cluster import ClusterView
 from extender.state.nominations import PLAN_SECONDS, PendingPlan
 from extender.state.preemption import DevicePreemption, _ClusterIndex
@@ -355,7 +355,7 @@ class _Located:
             node = (pod.get("spec") or {}).get("nodeName")
             if not node:
                 continue
-            uid = pod_identity(pod)[2]
+            uid = pod_uid(pod)
             self.by_uid[uid] = (str(node), pod)
             deleted = (pod.get("metadata") or {}).get("deletionTimestamp")
             if deleted or (pod.get("status") or {}).get("phase") in _DONE:

@@ -41,7 +41,7 @@ from typing import Any
 
 import structlog
 
-from extender.core.allocator import Allocation, Allocator
+from extender.core.allocator import Allocation
 from extender.core.errors import EvictionRefused, ExtenderError, ObjectNotFound
 from extender.core.model import AllocatedState, AllocationResult
 from extender.core.preemption import (
@@ -53,7 +53,7 @@ from extender.core.preemption import (
     protected_victims,
     released,
 )
-from extender.state.claims import PodClaims, pod_identity, pod_priority
+from extender.state.claims import PodClaims, pod_identity, pod_priority, pod_uid
 from extender.state.cluster import ClusterView
 from extender.state.nominations import Nomination
 from extender.state.verdicts import FilterOutcome
@@ -159,7 +159,7 @@ class DevicePreemption:
         or start one. ``fits_elsewhere`` says whether some node the request did not name fits
         (asked only for a request of one node: kube-scheduler tries a nominated or hint node
         alone, then all of them)."""
-        uid = pod_identity(pod)[2]
+        uid = pod_uid(pod)
         spec = pod.get("spec") or {}
         if (
             not self.enabled
@@ -188,7 +188,7 @@ class DevicePreemption:
         """Whether no running pod below this one's priority is bound to a failed node and no claim
         waits to be freed for pods already gone: then no choice needs to be made (one pass over
         the pods and the claims, no allocator run)."""
-        present = {pod_identity(p)[2] for p in self.store.pods.values()}
+        present = {pod_uid(p) for p in self.store.pods.values()}
         for claim in self.store.claims.values():
             consumers = claim.reserved_for
             if claim.allocation is not None and consumers and all(r.uid not in present for r in consumers):
@@ -208,7 +208,7 @@ class DevicePreemption:
         self, nomination: Nomination, claims: PodClaims, outcome: FilterOutcome, node_names: Sequence[str]
     ) -> FilterOutcome:
         """The answer while the pod's own preemption is under way."""
-        present = {pod_identity(p)[2] for p in self.store.pods.values()}
+        present = {pod_uid(p) for p in self.store.pods.values()}
         left = [v for v in nomination.victims if v.uid in present]
         if left:
             failed = {**outcome.failed, nomination.node: f"{WAITING_FOR_VICTIMS} ({len(left)} of them still there)"}
@@ -378,19 +378,9 @@ class DevicePreemption:
         return self.nominations.hold(self.store.in_use_without(freed), claims.pod_uid, claims.priority)
 
     def _fits(self, claims: PodClaims, node: str, state: AllocatedState) -> Allocation | None:
-        store = self.store
-        allocator = Allocator(
-            claims.to_allocate,
-            classes=store.classes,
-            snapshot=store.snapshot(),
-            allocated=state,
-            features=self.cluster.features,
-            selectors=store.selectors,
-            preallocated=claims.allocated,
-            budget=self.cluster.budget(),
-        )
+        allocator = self.cluster.allocator(claims, refresh=False, allocated=state)
         try:
-            answer = allocator.answer(store.node(node))
+            answer = allocator.answer(self.store.node(node))
         except ExtenderError:
             return None  # a search cut short counts as "does not fit"
         return answer if isinstance(answer, Allocation) else None
@@ -404,7 +394,7 @@ class DevicePreemption:
         # a budget's refusal, if it comes, comes before anything irreversible
         budgets = list(self.store.budgets.values())
         labels = (
-            {pod_identity(p)[2]: (p.get("metadata") or {}).get("labels") or {} for p in self.store.pods.values()}
+            {pod_uid(p): (p.get("metadata") or {}).get("labels") or {} for p in self.store.pods.values()}
             if budgets
             else {}
         )
@@ -476,7 +466,7 @@ class _ClusterIndex:
         self.labels: dict[str, Mapping[str, str]] = {}
         present: set[str] = set()
         for pod in pods:
-            uid = pod_identity(pod)[2]
+            uid = pod_uid(pod)
             self.labels[uid] = (pod.get("metadata") or {}).get("labels") or {}
             going = (pod.get("metadata") or {}).get("deletionTimestamp") or (pod.get("status") or {}).get(
                 "phase"

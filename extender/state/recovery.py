@@ -5,17 +5,17 @@ stuck."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import structlog
 
-from extender.core.allocator import Allocator
 from extender.core.answers import Unresolvable
 from extender.core.errors import ExtenderError, ObjectNotFound
 from extender.core.model import ResourceClaim
 from extender.state.claim_writes import deallocate, delete_claim
-from extender.state.claims import pod_identity
+from extender.state.claims import pod_identity, pod_uid
 from extender.state.classic import ClassicNegotiator
 from extender.state.cluster import ClusterView
 
@@ -35,14 +35,13 @@ def stuck_claim(cluster: ClusterView, pod: Mapping[str, Any], node_names: Sequen
     if (pod.get("spec") or {}).get("nodeName"):
         return None
     uid = claims.pod_uid
-    allocator = cluster.allocator(claims)
+    cluster.refresh()
     nodes = [cluster.store.node(name) for name in node_names]
     for claim in claims.allocated:
         if any(ref.uid != uid for ref in claim.reserved_for):
             continue  # in use by another consumer: never take it away
-        probe = Allocator(
-            [], classes={}, snapshot=allocator.snapshot, allocated=allocator.allocated, preallocated=[claim]
-        )
+        # this claim alone, allocated: does its node selector rule out one of the nodes?
+        probe = cluster.allocator(dataclasses.replace(claims, to_allocate=[], allocated=[claim]), refresh=False)
         if any(isinstance(probe.answer(node), Unresolvable) for node in nodes):
             return claim
     return None
@@ -57,7 +56,7 @@ async def deallocate_claim(
         if claim.classic:
             await classic.request_deallocation(pod, claim)
         else:
-            await deallocate(cluster.backend, claim, pod_identity(pod)[2])
+            await deallocate(cluster.backend, claim, pod_uid(pod))
     except ExtenderError as exc:
         log.warning("filter.deallocation_failed", claim=claim.key, reason=exc.reason)
         return False

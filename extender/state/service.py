@@ -46,7 +46,7 @@ from extender.state.binding_conditions import (
     release_unbindable,
 )
 from extender.state.claim_writes import DELETE_PROTECTION_FINALIZER
-from extender.state.claims import PodClaims, pod_identity, stale_extended_claim
+from extender.state.claims import PodClaims, pod_identity, pod_uid, stale_extended_claim
 from extender.state.classic import ClassicNegotiator
 from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
@@ -164,7 +164,7 @@ class SchedulingService:
     def _remember_offered(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> None:
         """The nodes of the pod's last request of several (its in-tree filters passed them): a
         one-node request (a nominated or hint node) preempts only if none of those fits."""
-        uid = pod_identity(pod)[2]
+        uid = pod_uid(pod)
         offered = self._offered
         offered.pop(uid, None)
         offered[uid] = node_names  # the request's own list: filter never changes it
@@ -177,7 +177,7 @@ class SchedulingService:
         try:
             pod = self.cluster.pod(pod)
             if hold:
-                self.holds.release(pod_identity(pod)[2])
+                self.holds.release(pod_uid(pod))
             claims = self.cluster.claims(pod)
             if not claims.all and not claims.classic:
                 return FilterOutcome(list(node_names))
@@ -283,7 +283,7 @@ class SchedulingService:
             await self.backend.ensure_leader()
         except ExtenderError as exc:
             return FilterOutcome([], error=f"claim {unbindable[0][0].key} must be deallocated, but {exc.reason}")
-        uid = pod_identity(pod)[2]
+        uid = pod_uid(pod)
         done = [
             (claim.key, how)
             for claim, verdict in unbindable
@@ -368,7 +368,7 @@ class SchedulingService:
         if not self.backend.synced:
             raise NotSynced(NOT_SYNCED)
         pod = self.cluster.pod(pod)
-        self.holds.release(pod_identity(pod)[2])
+        self.holds.release(pod_uid(pod))
         claims = self.cluster.claims(pod)
         if not claims.all:
             return node_names, [0] * len(node_names)
