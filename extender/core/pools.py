@@ -37,6 +37,7 @@ __all__ = [
     "counters_left",
     "device_matches_node",
     "gather_pools",
+    "pool_status",
 ]
 
 #: Identifies one counter set: (slice name, set name) for the 1.34 per-slice layout, where a slice
@@ -392,3 +393,11 @@ def counters_left(pool: Pool, allocated: AllocatedState) -> dict[CounterKey, dic
                 if name in totals:
                     totals[name] = totals[name] - amount
     return left
+
+
+def pool_status(pool: Pool) -> str:
+    """``ok``, ``incomplete`` (not all of its slices published) or ``invalid``: what explain, the
+    debug views and the device map say of a pool."""
+    if pool.incomplete:
+        return "incomplete"
+    return "invalid" if pool.invalid_reason is not None else "ok"

@@ -17,6 +17,7 @@ from extender.core.convert import V1ALPHA3, encode_attribute_value, resource_cla
 from extender.core.errors import ExtenderError
 from extender.core.explain import explain_node
 from extender.core.model import DeviceID, NodeInfo, PodSchedulingContext
+from extender.core.pools import pool_status
 from extender.state import cooperative
 from extender.state.claims import PodClaims, pod_identity
 from extender.state.cluster import ClusterView
@@ -109,7 +110,7 @@ class DebugViews:
                 "driver": pool.driver,
                 "pool": pool.name,
                 "generation": pool.generation,
-                "status": "incomplete" if pool.incomplete else ("invalid" if pool.invalid_reason else "ok"),
+                "status": pool_status(pool),
                 **({"reason": pool.invalid_reason} if pool.invalid_reason else {}),
             }
             for pool in view.pools

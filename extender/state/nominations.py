@@ -9,7 +9,7 @@ extender filters otherwise never see.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,12 +19,25 @@ from extender.core.model import AllocatedState, AllocationResult
 from extender.core.preemption import Victim
 from extender.state.claims import pod_uid
 
-__all__ = ["PLAN_SECONDS", "Nomination", "Nominations", "PendingPlan"]
+__all__ = ["HARD_LIFETIME_FACTOR", "PLAN_SECONDS", "Nomination", "Nominations", "PendingPlan", "nomination_lifetime"]
 
 #: How long a plan of the preempt verb waits for kube-scheduler to nominate its pod.
 PLAN_SECONDS = 60.0
 #: The shortest lifetime of a nomination made from such a plan.
 PLAN_NOMINATION_SECONDS = 120.0
+#: A nomination ends at this many times its lifetime even while a victim is still there (one
+#: stuck terminating must not hold devices for ever).
+HARD_LIFETIME_FACTOR = 5.0
+#: What a nomination waits beyond its victims' longest grace period.
+GRACE_MARGIN_SECONDS = 60.0
+
+
+def nomination_lifetime(grace_seconds: Iterable[float], shortest: float) -> float:
+    """How long a nomination stands: its victims' longest grace period and a margin, at least
+    ``shortest`` (and never while a victim is still there: ``Nominations``); it ends for good at
+    ``HARD_LIFETIME_FACTOR`` times that."""
+    return max(shortest, max(grace_seconds, default=0.0) + GRACE_MARGIN_SECONDS)
+
 
 log = structlog.get_logger()
 
@@ -95,8 +108,7 @@ class Nominations:
             for other in [k for k in self.pending if k[0] == plan.pod_uid]:
                 del self.pending[other]
             if plan.pod_uid not in self.by_uid:
-                longest = max((v.grace_seconds for v in plan.victims), default=0.0)
-                lifetime = max(PLAN_NOMINATION_SECONDS, longest + 60.0)
+                lifetime = nomination_lifetime((v.grace_seconds for v in plan.victims), PLAN_NOMINATION_SECONDS)
                 self.by_uid[plan.pod_uid] = Nomination(
                     pod_key=plan.pod_key,
                     pod_uid=plan.pod_uid,
@@ -106,7 +118,7 @@ class Nominations:
                     victims=plan.victims,
                     freed=frozenset(k for v in plan.victims for k in v.claims),
                     expires=now + lifetime,
-                    hard_expires=now + 5 * lifetime,
+                    hard_expires=now + HARD_LIFETIME_FACTOR * lifetime,
                 )
                 self.changes += 1
                 log.info("preemption.plan_nominated", pod=plan.pod_key, node=plan.node)

@@ -55,7 +55,7 @@ from extender.core.preemption import (
 )
 from extender.state.claims import PodClaims, pod_identity, pod_priority, pod_uid
 from extender.state.cluster import ClusterView
-from extender.state.nominations import Nomination
+from extender.state.nominations import HARD_LIFETIME_FACTOR, Nomination, nomination_lifetime
 from extender.state.verdicts import FilterOutcome
 
 __all__ = [
@@ -76,9 +76,6 @@ MAX_REFUSALS = 3
 #: Most nodes a choice looks at (kube-scheduler's dry run stops at 100 candidates too).
 MAX_NODES = 100
 WAITING_FOR_VICTIMS = "waiting for preempted pods to release devices"
-#: A nomination ends at this many times its lifetime even while a victim is still there (one
-#: stuck terminating must not hold devices for ever).
-HARD_LIFETIME_FACTOR = 5.0
 #: How long one choice may look at more nodes once it has a plan (it runs on the event loop).
 CHOICE_SECONDS = 0.25
 _DONE = ("Succeeded", "Failed")
@@ -311,8 +308,7 @@ class DevicePreemption:
     def _lifetime(self, victims: Iterable[Victim]) -> float:
         """How long a nomination stands: the victims' longest grace period and the margin, at
         least ``nomination_seconds`` (and never while a victim is still there: ``Nominations``)."""
-        longest = max((v.grace_seconds for v in victims), default=0.0)
-        return max(self.nomination_seconds, longest + 60.0)
+        return nomination_lifetime((v.grace_seconds for v in victims), self.nomination_seconds)
 
     def _choose(
         self, claims: PodClaims, nodes: Sequence[str], view: _ClusterIndex, excluded: Collection[str]
