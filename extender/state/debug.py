@@ -16,11 +16,12 @@ from extender.core.classic import EXCLUDED_BY_CLASS, WAITING_FOR_DRIVER, Pending
 from extender.core.convert import V1ALPHA3, encode_attribute_value, resource_claim_to_v1
 from extender.core.errors import ExtenderError
 from extender.core.explain import explain_node
-from extender.core.model import DeviceID, NodeInfo, PodSchedulingContext
+from extender.core.model import NodeInfo, PodSchedulingContext
 from extender.core.pools import pool_status
 from extender.state import cooperative
 from extender.state.claims import PodClaims, pod_identity
 from extender.state.cluster import ClusterView
+from extender.state.holders import device_holders
 from extender.state.preemption import DevicePreemption
 from extender.state.verdicts import FilterOutcome
 
@@ -94,15 +95,10 @@ class DebugViews:
     def node(self, node_name: str) -> dict[str, Any]:
         """The node's devices, each with its pool, attributes and the claims holding it: allocated
         ones by key, a bind's in flight with " (binding)", a tentative hold with " (held)"."""
-        holders: dict[DeviceID, list[str]] = {}
-        for claim in self.store.claims.values():
-            if claim.allocation is not None:
-                for result in claim.allocation.devices:
-                    holders.setdefault(result.device_id, []).append(claim.key)
-        for entry in self.cluster.ledger:
-            mark = "held" if entry.tentative else "binding"
-            for result in entry.result.devices:
-                holders.setdefault(result.device_id, []).append(f"{entry.claim_key} ({mark})")
+        holders = {
+            device: [h.label() for h in held]
+            for device, held in device_holders(self.store, self.cluster.ledger).items()
+        }
         node = self.store.node(node_name)
         view = self.store.snapshot().node_view(node, self.cluster.features)
         pools = [

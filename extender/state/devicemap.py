@@ -48,10 +48,10 @@ from extender.core.pools import CounterKey, DeviceEntry, NodeView, Pool, PoolNod
 from extender.core.quantity import Quantity
 from extender.state import cooperative
 from extender.state import why as why_module
-from extender.state.binding_conditions import waiting_for
 from extender.state.claims import pod_claim_refs, pod_priority
 from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
+from extender.state.holders import Holder, claim_holders, in_flight_holders
 from extender.state.rejected import RejectedPods
 from extender.state.stats import ServiceStats
 
@@ -98,21 +98,6 @@ _MISSING: Any = object()
 
 class UnknownDeviceClass(ValueError):
     """A ``deviceClass`` filter names a class the store does not have."""
-
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """One claim's hold on a device: ``kind`` is ``allocated`` (the store shows it), ``binding``
-    (a bind's in-flight entry) or ``held`` (a tentative hold)."""
-
-    claim: str
-    pods: tuple[str, ...]
-    request: str
-    admin_access: bool
-    kind: str
-    #: An allocated device's binding conditions not met yet (KEP-5007): its pod is not bound until
-    #: they are, and the page shows the device as ``binding``.
-    waiting: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -572,17 +557,10 @@ class DeviceMap:
         if claim is not None:
             self._count(self._claim_namespaces, namespace, 1)
             devices: list[DeviceID] = []
-            if claim.allocation is not None:
-                pods = tuple(f"{claim.namespace}/{ref.name}" for ref in claim.reserved_for if ref.resource == "pods")
-                raw = self.store.raw_claims.get(key) or {}
-                for result in claim.allocation.devices:
-                    device = result.device_id
-                    waiting = waiting_for(result, raw)
-                    kind = "binding" if waiting else "allocated"
-                    holder = Holder(key, pods, result.request, result.admin_access, kind, waiting)
-                    self._holders.setdefault(device, []).append(holder)
-                    devices.append(device)
-                    touched.add(device)
+            for device, holder in claim_holders(claim, self.store.raw_claims.get(key) or {}):
+                self._holders.setdefault(device, []).append(holder)
+                devices.append(device)
+                touched.add(device)
             self._claim_devices[key] = tuple(devices)
         # What an unreadable claim holds is not known here: redraw everything when one starts or
         # stops being unreadable (deleted, or readable again) as well.
@@ -626,12 +604,7 @@ class DeviceMap:
         return out
 
     def _ledger_changed(self) -> None:
-        flight: dict[DeviceID, list[Holder]] = {}
-        for entry in self.ledger:
-            kind = "held" if entry.tentative else "binding"
-            for result in entry.result.devices:
-                holder = Holder(entry.claim_key, (entry.pod_key,), result.request, result.admin_access, kind)
-                flight.setdefault(result.device_id, []).append(holder)
+        flight = in_flight_holders(self.ledger)
         old = self._flight
         touched = {d for d in old.keys() | flight.keys() if old.get(d) != flight.get(d)}
         self._flight = flight

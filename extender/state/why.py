@@ -42,6 +42,7 @@ from extender.core.model import DeviceID, ExactRequest, NodeInfo, NodeSelector, 
 from extender.core.nodeselector import node_matches
 from extender.state.claims import pod_identity
 from extender.state.debug import DebugViews
+from extender.state.holders import device_holders
 
 __all__ = [
     "CLOSEST_SHOWN",
@@ -569,16 +570,8 @@ def _spec_of(claim: ResourceClaim, label: str) -> ExactRequest | None:
 
 def _holders(views: DebugViews) -> dict[DeviceID, list[str]]:
     """Per device, the claims holding it: allocated ones and in-flight ones (binds and holds)."""
-    holders: dict[DeviceID, list[str]] = {}
-    for claim in views.store.claims.values():
-        if claim.allocation is not None:
-            for result in claim.allocation.devices:
-                if not result.admin_access:
-                    holders.setdefault(result.device_id, []).append(claim.key)
-    for entry in views.cluster.ledger:
-        for result in entry.result.devices:
-            holders.setdefault(result.device_id, []).append(entry.claim_key)
-    return holders
+    held = device_holders(views.store, views.cluster.ledger)
+    return {device: keys for device, hs in held.items() if (keys := [h.claim for h in hs if h.takes])}
 
 
 def _held_matching(
