@@ -344,9 +344,7 @@ def _spawn(command: list[str]) -> tuple[subprocess.Popen[bytes], Callable[[], fl
         command = ["py-spy", "record", "--rate", "200", "-f", fmt, "-o", profile, "--", *command]
     root = os.environ.get(ROOT_ENV)
     env = {**os.environ, "PYTHONPATH": root} if root else None
-    process = subprocess.Popen(
-        command, cwd=root or ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    process = subprocess.Popen(command, cwd=root or ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return process, None if profile else (lambda: cpu_seconds(process.pid))
 
 
@@ -441,7 +439,7 @@ async def _kube_extender(
         if scoring:
             options["scoring"] = ScoringPolicy.parse(scoring)
         if backend.rejected is not None:
-            options.setdefault("on_rejected", backend.rejected.record)
+            options.setdefault("rejected", backend.rejected)
         service = SchedulingService(backend=backend, **options)
         runner, port = await _serve_in_process(service)
         try:
@@ -686,7 +684,7 @@ def kubeconfig_text(url: str) -> str:
 
 
 def verb_of(record: Any) -> str:
-    """"GET pods", "PUT resourceclaims/status", "POST pods/binding", ... for one recorded request."""
+    """ "GET pods", "PUT resourceclaims/status", "POST pods/binding", ... for one recorded request."""
     parts = [p for p in record.path.split("/") if p]
     rest = parts[2:] if parts[:1] == ["api"] else parts[3:]
     if len(rest) >= 2 and rest[0] == "namespaces":

@@ -456,7 +456,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    on_rejected = None
+    rejected = None
     backend: Backend
     if paths:
         try:
@@ -466,13 +466,12 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
     else:
         kube = _kube_backend(args)
-        if kube.rejected is not None:
-            on_rejected = kube.rejected.record
+        rejected = kube.rejected  # one registry: the device map's pending list and the fast requeue
         backend = kube
     service = SchedulingService(
         backend=backend,
         scoring=args.scoring,
-        on_rejected=on_rejected,
+        rejected=rejected,
         hold_seconds=args.hold_seconds,
         claim_wait_seconds=args.claim_wait_seconds,
         binding_timeout_seconds=args.binding_timeout_seconds,

@@ -87,7 +87,7 @@ class SchedulingService:
         features: Features = Features(),
         scoring: ScoringPolicy | None = None,
         scoring_annotation: str = "dra-extender.io/scoring",
-        on_rejected: Callable[[Mapping[str, Any]], None] | None = None,
+        rejected: RejectedPods | None = None,
         hold_seconds: float = DEFAULT_HOLD_SECONDS,
         claim_wait_seconds: float = DEFAULT_CLAIM_WAIT_SECONDS,
         binding_timeout_seconds: float = DEFAULT_BINDING_TIMEOUT_SECONDS,
@@ -98,8 +98,8 @@ class SchedulingService:
         preempt_timeout_seconds: float = DEFAULT_PREEMPT_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """``on_rejected`` is told of every pod that no offered node fits (the kube backend uses it
-        to requeue such pods quickly once devices free up). ``hold_seconds`` > 0 turns on the
+        """``rejected`` is the registry of pods no offered node fits (the kube backend's, whose fast
+        requeue nudges them when devices free up; a new one by default). ``hold_seconds`` > 0 turns on the
         tentative holds and prioritize's one best node (docs/pipeline.md); ``claim_wait_seconds``
         is how long a bind waits for template claims that do not exist yet,
         ``binding_timeout_seconds`` how long allocated devices may wait for their binding conditions
@@ -119,10 +119,9 @@ class SchedulingService:
         self.features = features
         self.scoring = scoring if scoring is not None else ScoringPolicy.parse("binpack=1,prioritized=1")
         self.scoring_annotation = scoring_annotation
-        self.on_rejected = on_rejected
         self.stats = ServiceStats()
         #: The pods the last filter (the verb's, not an explanation's) found no node for.
-        self.rejected = RejectedPods()
+        self.rejected = rejected if rejected is not None else RejectedPods()
         binding: set[str] = set()  # UIDs of pods with a bind running
         self.cluster = ClusterView(
             backend, self.ledger, features, filter_timeout_seconds=filter_timeout_seconds, clock=clock
@@ -202,9 +201,7 @@ class SchedulingService:
             result = self.preemption.respect_nominations(claims, result)
         if not result.node_names:
             if hold:
-                self.rejected.rejected(claims.pod_uid)
-            if self.on_rejected is not None:
-                self.on_rejected(pod)
+                self.rejected.rejected(pod)
             return result
         if hold and claims.pod_uid in self.rejected:
             self.rejected.placed(claims.pod_uid)

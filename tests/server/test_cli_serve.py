@@ -273,6 +273,6 @@ def test_without_manifests_the_kubernetes_backend_is_used(
     assert cli.main(["serve", "--lease-name", "dra-extender-scheduler", "--requeue-rate", "0"]) == 0
     first, second = (app[SERVICE] for app in served)
     assert isinstance(first.backend, KubeBackend) and isinstance(second.backend, KubeBackend)
-    assert first.on_rejected is not None  # fast requeue on by default
-    assert second.on_rejected is None and second.backend.settings.lease is not None
+    assert first.rejected is first.backend.rejected is not None  # fast requeue on by default
+    assert second.backend.rejected is None and second.backend.settings.lease is not None
     assert second.backend.settings.lease.name == "dra-extender-scheduler"

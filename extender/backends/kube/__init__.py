@@ -9,13 +9,15 @@ ingest without going back in time), ``backend`` (``KubeBackend``), ``leader`` (L
 ``requeue`` (nudging rejected pods).
 """
 
+from extender.state.rejected import RejectedPods
+
 from .backend import KubeBackend, KubeSettings
 from .client import ClientSettings, KubeClient, check_response
 from .config import ClusterConfig, load_cluster_config
 from .errors import AccessDenied, ApiNotServed, Gone, KubeStartupError, ServerUnreachable
 from .leader import LeaseSettings
 from .reflector import WatchSettings
-from .requeue import RejectedPods, RequeueSettings
+from .requeue import RequeueSettings
 
 __all__ = [
     "AccessDenied",

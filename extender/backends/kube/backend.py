@@ -40,6 +40,7 @@ from extender.core.errors import (
     NotLeader,
     ObjectNotFound,
 )
+from extender.state.rejected import RejectedPod, RejectedPods
 from extender.state.store import ObjectStore
 
 from .client import MERGE_PATCH, ClientSettings, KubeClient
@@ -50,7 +51,7 @@ from .events import EventRecorder, EventSettings
 from .feeder import StoreFeeder
 from .leader import LeaseSettings, LeaseWatcher
 from .reflector import Reflector, Resource, WatchSettings, list_pages
-from .requeue import RejectedPod, RejectedPods, Requeuer, RequeueSettings
+from .requeue import Requeuer, RequeueSettings
 
 __all__ = ["KubeBackend", "KubeSettings"]
 
@@ -116,7 +117,7 @@ class KubeBackend:
         self.store = store if store is not None else ObjectStore()
         self.rejected = rejected
         if self.rejected is None and settings.requeue is not None:
-            self.rejected = RejectedPods(ttl_seconds=settings.requeue.ttl_seconds, max_pods=settings.requeue.max_pods)
+            self.rejected = RejectedPods(settings.requeue.max_pods, ttl_seconds=settings.requeue.ttl_seconds)
         self.client: KubeClient | None = None
         self.api_version = ""  # "resource.k8s.io/v1" once discovered
         #: Whether PodDisruptionBudgets are watched (``_discover_budgets``).

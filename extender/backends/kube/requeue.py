@@ -7,8 +7,9 @@ the pending pod itself is such an event (the scheduler registers a wildcard enqu
 extenders), so when devices free up — a claim deallocated or deleted, a slice added or grown — we
 patch an annotation (``dra-extender.io/requeue: <RFC 3339 time>``) on each recently rejected pod.
 
-- ``RejectedPods``: the registry the service feeds (``record(pod)`` when a filter rejected every
-  node); entries expire after ``ttl_seconds`` (the scheduler's own flush takes over).
+- ``RejectedPods`` (``state/rejected.py``): the registry the service feeds when a filter rejected
+  every node; ``take`` gives the pods rejected since the last pass, those older than
+  ``ttl_seconds`` left to the scheduler's own flush.
 - ``TokenBucket``: the rate limit (``rate_per_second``, ``burst``).
 - ``Requeuer``: ``nudge(reason)`` from the store feeder; its task drains the registry, patching
   pods at the bucket's pace. Patch failures are logged and dropped (best effort).
@@ -19,13 +20,14 @@ from __future__ import annotations
 import asyncio
 import datetime
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from extender.core.errors import ExtenderError
+from extender.state.rejected import RejectedPod, RejectedPods
 
 from .client import MERGE_PATCH, KubeClient
 
@@ -50,56 +52,6 @@ class RequeueSettings:
     settle_seconds: float = 0.2
     """Wait after the first nudge so that a burst of watch events results in one pass."""
     annotation: str = REQUEUE_ANNOTATION
-
-
-@dataclass(frozen=True, slots=True)
-class RejectedPod:
-    namespace: str
-    name: str
-    uid: str
-    at: float
-
-
-class RejectedPods:
-    """Pods a filter rejected on every node, by ``namespace/name`` (newest rejection kept)."""
-
-    def __init__(
-        self, *, ttl_seconds: float = 300.0, max_pods: int = 10_000, clock: Callable[[], float] = time.monotonic
-    ):
-        self.ttl_seconds = ttl_seconds
-        self.max_pods = max_pods
-        self._clock = clock
-        self._pods: dict[str, RejectedPod] = {}
-
-    def __len__(self) -> int:
-        return len(self._pods)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._pods
-
-    def record(self, pod: Mapping[str, Any]) -> None:
-        """Remember a pod (a raw dict from the filter request) that no node fitted."""
-        meta = pod.get("metadata") or {}
-        name = meta.get("name")
-        if not isinstance(name, str) or not name:
-            return
-        namespace = str(meta.get("namespace") or "default")
-        key = f"{namespace}/{name}"
-        self._pods.pop(key, None)  # re-insert: dict order is rejection order
-        self._pods[key] = RejectedPod(namespace, name, str(meta.get("uid") or ""), self._clock())
-        while len(self._pods) > self.max_pods:
-            del self._pods[next(iter(self._pods))]
-
-    def forget(self, namespace: str, name: str) -> None:
-        self._pods.pop(f"{namespace}/{name}", None)
-
-    def take(self) -> list[RejectedPod]:
-        """Every unexpired entry, oldest first; the registry is left empty (a pod rejected again
-        is recorded again)."""
-        cutoff = self._clock() - self.ttl_seconds
-        pods = [p for p in self._pods.values() if p.at > cutoff]
-        self._pods.clear()
-        return pods
 
 
 class TokenBucket:

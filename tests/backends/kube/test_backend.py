@@ -267,7 +267,7 @@ async def test_following_a_slice_added_and_a_claim_deallocated(fake: FakeApiServ
     rejected = service.filter(m.pod("p2", "c2"), ["node-1"])
     assert rejected.node_names == [] and "node-1" in rejected.failed
     assert backend.rejected is not None
-    backend.rejected.record(m.pod("p2", "c2"))
+    backend.rejected.rejected(m.pod("p2", "c2"))
     # A new node with a GPU appears.
     fake.put_object(m.node("node-2"))
     fake.put_object(m.gpu_slice("node-2", 1))

@@ -189,7 +189,7 @@ async def test_a_standby_does_not_nudge_rejected_pods(fake: FakeApiServer) -> No
     try:
         await backend.wait_synced(30)
         assert backend.rejected is not None and backend.requeuer is not None
-        standby = SchedulingService(backend=backend, on_rejected=backend.rejected.record)
+        standby = SchedulingService(backend=backend, rejected=backend.rejected)
         assert standby.filter(m.pod("p2", "c2"), ["node-1"]).node_names == []  # a stray filter
         fake.clear_requests()
         passes = backend.requeuer.passes
@@ -199,7 +199,7 @@ async def test_a_standby_does_not_nudge_rejected_pods(fake: FakeApiServer) -> No
         # the pass this caused is over: a leader's would have patched p2 by its end
         requeuer = backend.requeuer
         await until(lambda: requeuer.passes > passes)
-        assert len(backend.rejected) == 0  # p2 dropped, not kept for later
+        assert backend.rejected.take() == []  # p2's nudge dropped, not kept for later
         assert changes(fake) == [] and backend.requeuer.patched == 0
     finally:
         await backend.stop()

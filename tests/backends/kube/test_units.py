@@ -18,8 +18,9 @@ from extender.backends.kube.errors import AccessDenied, ApiNotServed, ApiStatusE
 from extender.backends.kube.feeder import StoreFeeder
 from extender.backends.kube.leader import LeaseObserver, holder_is
 from extender.backends.kube.reflector import Backoff, Resource, WatchSettings, iter_lines
-from extender.backends.kube.requeue import RejectedPods, TokenBucket
+from extender.backends.kube.requeue import TokenBucket
 from extender.core.errors import ApiUnavailable, InvalidObject, ObjectNotFound, WriteConflict
+from extender.state.rejected import RejectedPods
 from extender.state.store import ObjectStore
 
 # --- backoff ----------------------------------------------------------------------------------
@@ -317,17 +318,21 @@ def _pod(name: str, uid: str = "u") -> dict[str, object]:
 
 def test_rejected_pods_expire_are_bounded_and_taken_once() -> None:
     now = [0.0]
-    registry = RejectedPods(ttl_seconds=10, max_pods=2, clock=lambda: now[0])
-    registry.record(_pod("a"))
+    registry = RejectedPods(2, ttl_seconds=10, clock=lambda: now[0])
+    registry.rejected(_pod("a", "ua"))
     now[0] = 5
-    registry.record(_pod("b"))
-    registry.record(_pod("c"))  # over the bound: "a" (oldest) is forgotten
-    assert "ns/a" not in registry and len(registry) == 2
-    now[0] = 12  # "b" and "c" recorded at 5: still fresh
-    registry.record(_pod("b", "u2"))  # a newer rejection replaces the entry
+    registry.rejected(_pod("b", "ub"))
+    registry.rejected(_pod("c", "uc"))  # over the bound: "a" (oldest) is forgotten
+    assert "ua" not in registry and len(registry) == 2
+    now[0] = 12  # "b" and "c" rejected at 5: still fresh
+    registry.rejected(_pod("b", "ub"))  # a newer rejection moves the entry
     taken = registry.take()
-    assert [(p.name, p.uid) for p in taken] == [("c", "u"), ("b", "u2")]
-    assert registry.take() == []
+    assert [(p.name, p.uid) for p in taken] == [("c", "uc"), ("b", "ub")]
+    assert registry.take() == []  # each rejection is taken once
+    assert len(registry) == 2  # but the pods stay listed (the device map's pending list)
+    now[0] = 20
+    registry.rejected(_pod("c", "uc"))
+    assert [p.name for p in registry.take()] == ["c"]  # "b" was not rejected again
 
 
 async def test_token_bucket_waits_for_tokens_beyond_the_burst() -> None:
