@@ -123,10 +123,8 @@ async def _warm_up_once_synced(app: web.Application, poll_seconds: float = 0.2) 
     """The kube backend syncs after start(): warm the caches as soon as it has (at once where the
     backend can say when, so that the first requests after /readyz find them warm)."""
     backend = app[SERVICE].backend
-    wait_synced = getattr(backend, "wait_synced", None)
-    if wait_synced is not None:
-        with contextlib.suppress(Exception):  # a failed sync: poll, as for any other backend
-            await wait_synced()
+    with contextlib.suppress(Exception):  # a failed sync: poll until a retry succeeds
+        await backend.wait_synced()
     while not backend.synced:
         await asyncio.sleep(poll_seconds)
     _warm_up(app)

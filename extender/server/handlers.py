@@ -35,8 +35,7 @@ from extender.server.wire import (
     preemption_result,
     wire_field,
 )
-from extender.state.service import FilterOutcome
-from extender.state.verdicts import DuplicateNodes
+from extender.state.service import DuplicateNodes, FilterOutcome
 
 __all__ = [
     "bind",

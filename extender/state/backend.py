@@ -39,6 +39,10 @@ class Backend(Protocol):
         """Begin feeding the store (spawn watches); returns once started, not once synced."""
         ...
 
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        """Return once ``synced`` (raises TimeoutError after ``timeout``, or the sync's failure)."""
+        ...
+
     async def stop(self) -> None:
         """Stop background work; idempotent."""
         ...

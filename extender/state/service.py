@@ -57,7 +57,7 @@ from extender.state.preemption import DevicePreemption
 from extender.state.recovery import deallocate_claim, delete_stale_claim, stuck_claim
 from extender.state.rejected import RejectedPods
 from extender.state.stats import ServiceStats
-from extender.state.verdicts import FilterOutcome, VerdictCache
+from extender.state.verdicts import DuplicateNodes, FilterOutcome, VerdictCache
 from extender.state.why import why
 
 __all__ = [
@@ -65,6 +65,7 @@ __all__ = [
     "DEFAULT_CLAIM_WAIT_SECONDS",
     "DEFAULT_HOLD_SECONDS",
     "DELETE_PROTECTION_FINALIZER",
+    "DuplicateNodes",
     "FilterOutcome",
     "SchedulingService",
     "ServiceStats",

@@ -109,6 +109,9 @@ class EmbeddedBackend:
     async def start(self) -> None:
         """Nothing to start: everything was loaded in the constructor."""
 
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        """Synced from the constructor on: returns at once."""
+
     async def stop(self) -> None:
         """Stop the simulated classic drivers (their queues; the cluster keeps its state)."""
         for driver in self.classic_drivers.values():
