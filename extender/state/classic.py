@@ -105,11 +105,24 @@ class ClassicNegotiator:
     def filter(
         self, pod: Mapping[str, Any], claims: PodClaims, outcome: FilterOutcome, *, publish: bool = True
     ) -> FilterOutcome:
+        """``narrow``, then (``publish``) the ``potentialNodes`` write queued if need be."""
+        narrowed, passing = self.narrow(claims, outcome)
+        if publish:
+            self.publish_if_needed(pod, claims, passing)
+        return narrowed
+
+    def publish_if_needed(self, pod: Mapping[str, Any], claims: PodClaims, passing: list[str]) -> None:
+        """Queue the write of ``potentialNodes`` unless the context covers ``passing`` already."""
+        context = self.store.scheduling_contexts.get(claims.pod_key)
+        if passing and not covers(context.potential_nodes if context is not None else (), passing):
+            self.publish_potential(pod, potential_nodes(passing, self.rng))
+
+    def narrow(self, claims: PodClaims, outcome: FilterOutcome) -> tuple[FilterOutcome, list[str]]:
         """The structured ``outcome`` narrowed by the pod's pending classic claims (a new
-        outcome: the structured one may be shared). ``publish``: queue the write of
-        ``potentialNodes`` if need be (not for explain, which changes nothing)."""
+        outcome: the structured one may be shared), and the nodes that pass them (what the
+        drivers should be asked about). Read-only."""
         if not claims.classic:
-            return outcome
+            return outcome, []
         passing: list[str] = []
         unresolvable = dict(outcome.unresolvable)
         for name in outcome.node_names:
@@ -118,17 +131,13 @@ class ClassicNegotiator:
                 passing.append(name)
             else:
                 unresolvable[name] = problem.reason
-        context = self.store.scheduling_contexts.get(claims.pod_key)
-        if publish and passing and not covers(context.potential_nodes if context is not None else (), passing):
-            self.publish_potential(pod, potential_nodes(passing, self.rng))
         narrowed = FilterOutcome(passing, failed=dict(outcome.failed), unresolvable=unresolvable)
         if not passing or may_select(claims.classic):
             # no node left: waiting for drivers that are asked about none would never end
-            return narrowed
+            return narrowed, passing
         failure = self._publish_failed.get(claims.pod_key)
-        return FilterOutcome(
-            [], error=WAITING_FOR_DRIVER + (f" (publishing potentialNodes failed: {failure})" if failure else "")
-        )
+        waiting = WAITING_FOR_DRIVER + (f" (publishing potentialNodes failed: {failure})" if failure else "")
+        return FilterOutcome([], error=waiting), passing
 
     def publish_potential(self, pod: Mapping[str, Any], nodes: tuple[str, ...]) -> None:
         """Queue a write of ``potentialNodes``: one publisher per pod, which writes the latest

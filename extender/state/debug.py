@@ -19,6 +19,7 @@ from extender.core.explain import explain_node
 from extender.core.model import NodeInfo, PodSchedulingContext
 from extender.core.pools import pool_status
 from extender.state import cooperative
+from extender.state.attempt import Attempt
 from extender.state.claims import PodClaims, pod_identity
 from extender.state.cluster import ClusterView
 from extender.state.holders import device_holders
@@ -62,14 +63,12 @@ def without_v1_form(kind: str, raw: Mapping[str, Any], *, api_version: str | Non
 
 
 class DebugViews:
-    """``filter_without_holds`` answers as the filter verb would, without placing holds."""
+    """``attempt`` decides as the filter verb does (``SchedulingService.attempt``), read-only."""
 
-    def __init__(
-        self, cluster: ClusterView, filter_without_holds: Callable[[Mapping[str, Any], Sequence[str]], FilterOutcome]
-    ) -> None:
+    def __init__(self, cluster: ClusterView, attempt: Callable[[Mapping[str, Any], Sequence[str]], Attempt]) -> None:
         self.cluster = cluster
         self.store = cluster.store
-        self._filter = filter_without_holds
+        self._attempt = attempt
         #: Set by the service: explain then says who would have to go for a pod no node fits.
         self.preemption: DevicePreemption | None = None
 
@@ -144,7 +143,7 @@ class DebugViews:
             out["claims"] += [entry.claim.key for entry in claims.classic]
             out["classic"] = _classic_summary(claims.classic, context)
         allocator = self.cluster.allocator(claims)
-        outcome = self._filter(pod, node_names)  # hold=False: no holds, no potentialNodes published
+        outcome = self._attempt(pod, node_names).outcome  # the filter's decision, none of its effects
         out["error"] = outcome.error
         # Explained node by node, no search budget sees this loop: it lets the event loop run
         # itself (under ``cooperative.run``) every slice of work, as a search does.

@@ -35,6 +35,7 @@ from extender.core.extended import CANNOT_SCHEDULE_EXTENDED_CLAIM
 from extender.core.model import Features, ResourceClaim
 from extender.core.scoring import TOPOLOGY, ScoringPolicy, scores_by_value
 from extender.state import cooperative
+from extender.state.attempt import Attempt
 from extender.state.backend import Backend
 from extender.state.binding import DEFAULT_BIND_DEADLINE_SECONDS, DEFAULT_CLAIM_WAIT_SECONDS, Binder, ledger_ttl
 from extender.state.binding_conditions import (
@@ -148,18 +149,19 @@ class SchedulingService:
             binding=binding,
             classic=self.classic,
         )
-        self.views = DebugViews(self.cluster, lambda pod, names: self._filter(pod, names, hold=False))
+        self.views = DebugViews(self.cluster, self.attempt)
         self.views.preemption = self.preemption
 
     # --- filter --------------------------------------------------------------------------------
 
     def filter(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
-        """The filter verb. A new attempt of a pod first gives back what its previous attempt held
-        (its own holds would hide devices from it); when exactly one node passes, kube-scheduler
-        picks it without asking prioritize, so the pod's devices there are held at once."""
+        """The filter verb: the pod's previous holds given back (its own holds would hide devices
+        from it), the attempt decided (``attempt``), then its effects (``_apply``)."""
         if self.preemption.enabled and len(node_names) > 1:
             self._remember_offered(pod, node_names)
-        return self._filter(pod, node_names, hold=True)
+        if self.backend.synced:
+            self.holds.release(pod_uid(pod))
+        return self._apply(self.attempt(pod, node_names))
 
     def _remember_offered(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> None:
         """The nodes of the pod's last request of several (its in-tree filters passed them): a
@@ -171,47 +173,57 @@ class SchedulingService:
         if len(offered) > OFFERED_PODS:
             del offered[next(iter(offered))]
 
-    def _filter(self, pod: Mapping[str, Any], node_names: Sequence[str], *, hold: bool) -> FilterOutcome:
+    def attempt(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> Attempt:
+        """The filter's decision, read-only (``attempt.py``): what filter answers, and what its
+        effects need; explain asks it too."""
         if not self.backend.synced:
-            return FilterOutcome([], error=NOT_SYNCED)
+            return Attempt(pod=pod, node_names=node_names, outcome=FilterOutcome([], error=NOT_SYNCED))
         try:
             pod = self.cluster.pod(pod)
-            if hold:
-                self.holds.release(pod_uid(pod))
             claims = self.cluster.claims(pod)
             if not claims.all and not claims.classic:
-                return FilterOutcome(list(node_names))
+                return Attempt(pod=pod, node_names=node_names, outcome=FilterOutcome(list(node_names)), claims=claims)
             if claims.allocated and self._unbindable(claims):
                 # as upstream's Filter: such a claim is not available on any node (then deallocated)
-                return FilterOutcome([], unresolvable=dict.fromkeys(node_names, NOT_AVAILABLE))
-            verdicts = None
+                unavailable = FilterOutcome([], unresolvable=dict.fromkeys(node_names, NOT_AVAILABLE))
+                return Attempt(pod=pod, node_names=node_names, outcome=unavailable, claims=claims)
+            candidates = verdicts = None
             if claims.all:
                 candidates = self.verdicts.candidates(node_names)
                 verdicts = self.verdicts.verdicts(claims, candidates)
         except ExtenderError as exc:
-            return FilterOutcome([], error=exc.reason)
-        if verdicts is None:
+            return Attempt(pod=pod, node_names=node_names, outcome=FilterOutcome([], error=exc.reason))
+        if verdicts is None or candidates is None:
             result = FilterOutcome(list(node_names))
         else:
             result = self.verdicts.filter_outcome(verdicts, candidates)
+        attempt = Attempt(pod=pod, node_names=node_names, outcome=result, claims=claims)
+        attempt.candidates, attempt.verdicts = candidates, verdicts
         if claims.classic:
-            result = self.classic.filter(pod, claims, result, publish=hold)
-            if result.error:
-                return result
+            attempt.outcome, attempt.potential = self.classic.narrow(claims, result)
+            if attempt.outcome.error:
+                return attempt
         if self.cluster.nominations:
-            result = self.preemption.respect_nominations(claims, result)
-        if not result.node_names:
-            if hold:
-                self.rejected.rejected(pod)
+            attempt.outcome = self.preemption.respect_nominations(claims, attempt.outcome)
+        attempt.decided = True
+        return attempt
+
+    def _apply(self, attempt: Attempt) -> FilterOutcome:
+        """The filter's effects, in order: classic DRA's ``potentialNodes`` published; the
+        rejected-pod bookkeeping; when exactly one node passes, a tentative hold of the pod's
+        devices there (kube-scheduler then picks it without asking prioritize)."""
+        claims, result = attempt.claims, attempt.outcome
+        if attempt.potential is not None and claims is not None:
+            self.classic.publish_if_needed(attempt.pod, claims, attempt.potential)
+        if not attempt.decided or claims is None:
             return result
-        if hold and claims.pod_uid in self.rejected:
+        if not result.node_names:
+            self.rejected.rejected(attempt.pod)
+            return result
+        if claims.pod_uid in self.rejected:
             self.rejected.placed(claims.pod_uid)
-        if (
-            hold
-            and verdicts is not None
-            and len(result.node_names) == 1
-            and self._may_hold(claims, result.node_names[0])
-        ):
+        verdicts = attempt.verdicts
+        if verdicts is not None and len(result.node_names) == 1 and self._may_hold(claims, result.node_names[0]):
             node = result.node_names[0]
             self.holds.hold(claims, node, None if node in verdicts.stale else verdicts.by_node.get(node))
         return result
