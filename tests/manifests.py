@@ -69,3 +69,23 @@ def cluster(*extra: dict[str, Any], nodes: int = 2, gpus: int = 2) -> list[dict[
     for i in range(1, nodes + 1):
         objects += [node(f"node-{i}"), gpu_slice(f"node-{i}", gpus)]
     return objects + list(extra)
+
+
+def device_status(
+    condition: str, status: str = "True", *, pool: str = "node-1", device: str = "gpu-0"
+) -> dict[str, Any]:
+    """A claim's ``status.devices`` entry for one GPU, as its driver reports a condition on it."""
+    return {
+        "driver": "gpu.example.com",
+        "pool": pool,
+        "device": device,
+        "conditions": [
+            {
+                "type": condition,
+                "status": status,
+                "reason": "Reported",
+                "message": f"{condition} is {status}",
+                "lastTransitionTime": "2026-12-02T00:00:00Z",
+            }
+        ],
+    }

@@ -174,6 +174,10 @@ class ExtendedDemand:
     classes: Mapping[str, str]
     #: ``spec key`` of the claim where no node advertises any of the resources (the shape key).
     key: bytes = field(default=b"", compare=False)
+    #: The claim's requests and the pod's request mappings on such a node (``all_served``),
+    #: made once by ``pod_demand``.
+    requests: tuple[DeviceRequest, ...] = field(default=(), compare=False)
+    mappings: tuple[RequestMapping, ...] = field(default=(), compare=False)
 
     def on_node(self, allocatable: Mapping[str, int]) -> tuple[str, ...] | None:
         """The mapped resources DRA serves on a node with these extended resources in
@@ -274,7 +278,7 @@ def pod_demand(pod: Mapping[str, Any], classes: ExtendedClasses) -> ExtendedDema
     ordered = {resource: tuple(by_resource[resource]) for resource in sorted(by_resource)}
     mapped_classes = {r: c for r in ordered if (c := classes.get(r)) is not None}
     demand = ExtendedDemand(ordered, mapped_classes)
-    claim_requests, _ = requests_and_mappings(demand, demand.all_served())
+    claim_requests, mappings = requests_and_mappings(demand, demand.all_served())
     # Everything ``on_node`` reads is in the key: pods that differ in any of it must not share
     # remembered per-node verdicts (the resource names decide which nodes serve them by plugin).
     key = orjson.dumps(
@@ -284,7 +288,7 @@ def pod_demand(pod: Mapping[str, Any], classes: ExtendedClasses) -> ExtendedDema
             sorted(mapped_classes.items()),
         ]
     )
-    return ExtendedDemand(ordered, mapped_classes, b"extended-resources:" + key)
+    return ExtendedDemand(ordered, mapped_classes, b"extended-resources:" + key, claim_requests, mappings)
 
 
 def requests_and_mappings(

@@ -53,8 +53,7 @@ from extender.state.binding_conditions import (
     PENDING_REASON,
     BindingConditionsPending,
     BindingVerdict,
-    binding_verdict,
-    has_binding_conditions,
+    binding_verdicts,
     pending_message,
     release_unbindable,
 )
@@ -303,13 +302,11 @@ class Binder:
         self._claim_waiters.setdefault(pod_key, []).append(event)
         try:
             while True:
-                pod: Mapping[str, Any] | None = self.store.pods.get(pod_key)
-                if pod is None or pod_uid(pod) != decision.claims.pod_uid:
-                    # the watch has not shown this pod yet (bind read it from the API): wait on
-                    # the copy bind has; a pod deleted or re-created meanwhile runs into the
-                    # deadline or, later, the binding's UID precondition
-                    pod = decision.pod
-                claims = self._on_node(self.cluster.claims(pod), decision.node)
+                # the watch may not show this pod yet (bind read it from the API): then the copy
+                # bind has; a pod deleted or re-created meanwhile runs into the deadline or,
+                # later, the binding's UID precondition
+                pod = self._current(decision.pod)
+                claims = self.cluster.claims(pod)  # narrowed to the node by ``_decide_again``
                 if not claims.provisional:
                     break
                 remaining = deadline - loop.time()
@@ -337,10 +334,7 @@ class Binder:
         loop = asyncio.get_running_loop()
         until = writes_by - min(2.0, max(0.0, writes_by - loop.time()) / 4)
         claims = await self.classic.allocate_for(decision.pod, decision.claims, decision.node, until)
-        pod: Mapping[str, Any] | None = self.store.pods.get(claims.pod_key)
-        if pod is None or pod_uid(pod) != claims.pod_uid:
-            pod = decision.pod
-        return await cooperative.run(self._decide_again, decision, pod, claims)
+        return await cooperative.run(self._decide_again, decision, self._current(decision.pod), claims)
 
     def _decide_again(self, decision: _Decision, pod: Mapping[str, Any], claims: PodClaims) -> _Decision:
         """The provisional entries give their devices back, the real claims get their own."""
@@ -452,12 +446,7 @@ class Binder:
             if claim is None or claim.allocation is None:
                 raise Transient(f"claim {key} got deallocated in the meantime", claim=key)
             claims.append(claim)
-        if not has_binding_conditions(claims):
-            return None
-        timeout = self.binding_timeout_seconds
-        return [
-            (c, binding_verdict(c, self.store.raw_claims.get(c.key) or {}, timeout_seconds=timeout)) for c in claims
-        ]
+        return binding_verdicts(claims, self.store.raw_claims, timeout_seconds=self.binding_timeout_seconds)
 
     async def _await_binding_conditions(self, decision: _Decision, keys: list[str], writes_by: float) -> None:
         """After the claim writes: the pod is bound only once every binding condition of its
@@ -504,7 +493,8 @@ class Binder:
                 self._condition_waiters.pop(decision.claims.pod_key, None)
 
     def _current(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
-        """The pod as the store holds it now (its status may have moved since the bind read it)."""
+        """The pod as the store holds it now (its status may have moved since the bind read it),
+        else ``pod`` itself."""
         namespace, name, uid = pod_identity(pod)
         stored = self.store.pods.get(f"{namespace}/{name}")
         return stored if stored is not None and pod_uid(stored) == uid else pod

@@ -20,18 +20,18 @@ there), and its bind binds the pod once the conditions are met. The checks are p
 
 from __future__ import annotations
 
-import calendar
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from extender.core.errors import ExtenderError, ObjectNotFound, Transient
+from extender.core.errors import ExtenderError, Transient
 from extender.core.model import DeviceResult, ResourceClaim
 from extender.state.backend import Backend
-from extender.state.claim_writes import deallocate, delete_claim
+from extender.state.claim_writes import deallocate, delete_claim_with_uid
+from extender.state.clock import epoch_seconds
 from extender.state.store import ObjectStore
 
 log = structlog.get_logger()
@@ -43,6 +43,7 @@ __all__ = [
     "BindingConditionsPending",
     "BindingVerdict",
     "binding_verdict",
+    "binding_verdicts",
     "deallocate_unbindable",
     "has_binding_conditions",
     "pending_message",
@@ -94,16 +95,6 @@ def _conditions(
     return None
 
 
-def _seconds(timestamp: str | None) -> float | None:
-    """An RFC 3339 ``metav1.Time`` (``2026-01-02T03:04:05Z``) as Unix seconds; None if unreadable."""
-    if not timestamp:
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(timestamp[:19], "%Y-%m-%dT%H:%M:%S")))
-    except ValueError:
-        return None
-
-
 def binding_verdict(
     claim: ResourceClaim,
     raw_claim: Mapping[str, Any],
@@ -140,7 +131,7 @@ def binding_verdict(
             ready = False
     if ready:
         return BindingVerdict(ready=True)
-    started = _seconds(allocation.allocation_timestamp)
+    started = epoch_seconds(allocation.allocation_timestamp)
     current = time.time() if now is None else now
     if started is not None and started + timeout_seconds < current:
         return BindingVerdict(ready=False, failed=f"device binding timeout: claim={claim.name}", timed_out=True)
@@ -154,6 +145,16 @@ def waiting_for(result: DeviceResult, raw_claim: Mapping[str, Any]) -> tuple[str
         return ()
     conditions = _conditions(raw_claim, result.driver, result.pool, result.device) or {}
     return tuple(k for k in result.binding_conditions if (conditions.get(k) or {}).get("status") != "True")
+
+
+def binding_verdicts(
+    claims: Sequence[ResourceClaim], raw_claims: Mapping[str, Mapping[str, Any]], *, timeout_seconds: float
+) -> list[tuple[ResourceClaim, BindingVerdict]] | None:
+    """Each claim's ``binding_verdict`` (``raw_claims``: the claims as stored, by key), or None when
+    none of them has a device with binding conditions (the common case, answered cheaply)."""
+    if not has_binding_conditions(claims):
+        return None
+    return [(c, binding_verdict(c, raw_claims.get(c.key) or {}, timeout_seconds=timeout_seconds)) for c in claims]
 
 
 def has_binding_conditions(claims: Iterable[ResourceClaim]) -> bool:
@@ -190,11 +191,7 @@ async def release_unbindable(
     "" when nothing could be (logged)."""
     if claim.key in store.extended_claims.get(pod_uid, {}):
         try:
-            raw = await backend.get_claim(claim.namespace, claim.name)
-            if (raw.get("metadata") or {}).get("uid") == claim.uid:
-                await delete_claim(backend, raw)
-        except ObjectNotFound:
-            pass
+            await delete_claim_with_uid(backend, claim.namespace, claim.name, claim.uid)
         except ExtenderError as exc:
             log.warning("binding_conditions.delete_failed", claim=claim.key, reason=exc.reason)
             return ""

@@ -48,6 +48,7 @@ __all__ = [
     "Written",
     "deallocate",
     "delete_claim",
+    "delete_claim_with_uid",
     "json_copy",
     "retry_on_conflict",
     "roll_back",
@@ -250,11 +251,19 @@ async def _undo_create(backend: Backend, record: Written) -> None:
     if not record.created_uid:
         return
     namespace, _, name = record.claim_key.partition("/")
-    raw = await backend.get_claim(namespace, name)
-    meta = raw.get("metadata") or {}
-    if meta.get("uid") != record.created_uid:
-        return  # gone, and the name taken by another claim since
-    await delete_claim(backend, raw)
+    await delete_claim_with_uid(backend, namespace, name, record.created_uid)
+
+
+async def delete_claim_with_uid(backend: Backend, namespace: str, name: str, uid: str) -> None:
+    """Delete the claim ``namespace/name`` if it still has ``uid`` (``delete_claim``): a claim gone
+    already, or re-created under the name since (another UID), counts as deleted."""
+    try:
+        raw = await backend.get_claim(namespace, name)
+        if uid and (raw.get("metadata") or {}).get("uid") != uid:
+            return
+        await delete_claim(backend, raw)
+    except ObjectNotFound:
+        return
 
 
 async def delete_claim(backend: Backend, raw: dict[str, Any]) -> None:

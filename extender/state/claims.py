@@ -220,8 +220,7 @@ def _add_extended(
     in_flight = ledger.get(special_key)
     if in_flight is not None and in_flight.pod_uid != result.pod_uid:  # pragma: no cover - keys carry the UID
         raise Transient(f"resource claim {special_key} is in the process of being allocated")
-    requests, _ = requests_and_mappings(demand, demand.all_served())
-    claim = special_claim(namespace, special_key.partition("/")[2], requests)
+    claim = special_claim(namespace, special_key.partition("/")[2], demand.requests)
     result.all.append(claim)
     result.to_allocate.append(claim)
     result.extended_key, result.extended_new = special_key, True

@@ -102,15 +102,6 @@ class ClassicNegotiator:
 
     # --- filter ---------------------------------------------------------------------------------
 
-    def filter(
-        self, pod: Mapping[str, Any], claims: PodClaims, outcome: FilterOutcome, *, publish: bool = True
-    ) -> FilterOutcome:
-        """``narrow``, then (``publish``) the ``potentialNodes`` write queued if need be."""
-        narrowed, passing = self.narrow(claims, outcome)
-        if publish:
-            self.publish_if_needed(pod, claims, passing)
-        return narrowed
-
     def publish_if_needed(self, pod: Mapping[str, Any], claims: PodClaims, passing: list[str]) -> None:
         """Queue the write of ``potentialNodes`` unless the context covers ``passing`` already."""
         context = self.store.scheduling_contexts.get(claims.pod_key)

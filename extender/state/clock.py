@@ -8,8 +8,9 @@ only changes once a second, so it is formatted once per second.
 from __future__ import annotations
 
 import time
+from datetime import datetime
 
-__all__ = ["utc_now_text"]
+__all__ = ["epoch_seconds", "utc_now_text"]
 
 _last: tuple[int, str] = (-1, "")
 
@@ -21,3 +22,13 @@ def utc_now_text() -> str:
     if second != _last[0]:
         _last = (second, time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second)))
     return _last[1]
+
+
+def epoch_seconds(timestamp: object) -> float | None:
+    """A ``metav1.Time`` (RFC 3339, ``Z`` or an offset) as Unix seconds; None if absent or unreadable."""
+    if not isinstance(timestamp, str) or not timestamp:
+        return None
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None

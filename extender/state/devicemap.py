@@ -49,6 +49,7 @@ from extender.core.quantity import Quantity
 from extender.state import cooperative
 from extender.state import why as why_module
 from extender.state.claims import pod_claim_refs, pod_priority
+from extender.state.clock import epoch_seconds
 from extender.state.cluster import ClusterView
 from extender.state.debug import DebugViews
 from extender.state.holders import Holder, claim_holders, in_flight_holders
@@ -226,15 +227,6 @@ def _pod_claims(pod: Mapping[str, Any], namespace: str) -> tuple[list[str], list
         elif ref.template is not None:
             templates.append(f"{namespace}/{ref.template}")
     return claims, templates
-
-
-def _epoch(timestamp: object) -> float | None:
-    if not isinstance(timestamp, str) or not timestamp:
-        return None
-    try:
-        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def pool_summaries(slices: Iterable[ResourceSlice], view_of: Callable[[str], NodeView | None]) -> list[dict[str, Any]]:
@@ -679,7 +671,7 @@ class DeviceMap:
             uid=str(meta.get("uid") or ""),
             namespace=namespace,
             priority=pod_priority(pod),
-            created=_epoch(meta.get("creationTimestamp")),
+            created=epoch_seconds(meta.get("creationTimestamp")),
             claims=tuple(claims),
             templates=tuple(templates),
         )

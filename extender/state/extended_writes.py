@@ -20,7 +20,7 @@ from typing import Any
 
 from extender.core.convert import decode_object
 from extender.core.errors import InvalidObject
-from extender.core.extended import claim_object, requests_and_mappings
+from extender.core.extended import claim_object
 from extender.core.model import AllocationResult, ResourceClaim
 from extender.state.backend import Backend
 from extender.state.claim_writes import Written, sent
@@ -67,8 +67,7 @@ def extended_status(claims: PodClaims, claim: ResourceClaim) -> dict[str, Any] |
     if demand is None:
         return None
     names = {request.name for request in claim.requests}
-    _, mappings = requests_and_mappings(demand, demand.all_served())
-    kept = [m.to_json() for m in mappings if m.request_name in names]
+    kept = [m.to_json() for m in demand.mappings if m.request_name in names]
     if not kept:
         return None
     return {"requestMappings": kept, "resourceClaimName": claim.name}

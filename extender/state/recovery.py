@@ -12,9 +12,9 @@ from typing import Any
 import structlog
 
 from extender.core.answers import Unresolvable
-from extender.core.errors import ExtenderError, ObjectNotFound
+from extender.core.errors import ExtenderError
 from extender.core.model import ResourceClaim
-from extender.state.claim_writes import deallocate, delete_claim
+from extender.state.claim_writes import deallocate, delete_claim_with_uid
 from extender.state.claims import pod_identity, pod_uid
 from extender.state.classic import ClassicNegotiator
 from extender.state.cluster import ClusterView
@@ -69,12 +69,7 @@ async def delete_stale_claim(cluster: ClusterView, claim: ResourceClaim) -> bool
     as upstream's PostFilter does: finalizer off, then the claim, while it has the UID seen. False
     if a write failed (logged); a claim gone already counts as deleted."""
     try:
-        raw = await cluster.backend.get_claim(claim.namespace, claim.name)
-        if claim.uid and (raw.get("metadata") or {}).get("uid") != claim.uid:
-            return True  # deleted, and the name taken since
-        await delete_claim(cluster.backend, raw)
-    except ObjectNotFound:
-        return True
+        await delete_claim_with_uid(cluster.backend, claim.namespace, claim.name, claim.uid)
     except ExtenderError as exc:
         log.warning("extended_claim.delete_failed", claim=claim.key, reason=exc.reason)
         return False

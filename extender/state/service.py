@@ -42,8 +42,7 @@ from extender.state.binding_conditions import (
     DEFAULT_BINDING_TIMEOUT_SECONDS,
     DEFAULT_BINDING_WAIT_SECONDS,
     BindingVerdict,
-    binding_verdict,
-    has_binding_conditions,
+    binding_verdicts,
     release_unbindable,
 )
 from extender.state.claim_writes import DELETE_PROTECTION_FINALIZER
@@ -266,16 +265,9 @@ class SchedulingService:
     def _unbindable(self, claims: PodClaims) -> list[tuple[ResourceClaim, BindingVerdict]]:
         """The pod's allocated claims whose devices failed binding or timed out waiting for their
         binding conditions (``binding_conditions.py``)."""
-        if not has_binding_conditions(claims.allocated):
-            return []
-        found = []
-        for claim in claims.allocated:
-            verdict = binding_verdict(
-                claim, self.store.raw_claims.get(claim.key) or {}, timeout_seconds=self.binder.binding_timeout_seconds
-            )
-            if verdict.failed:
-                found.append((claim, verdict))
-        return found
+        timeout = self.binder.binding_timeout_seconds
+        verdicts = binding_verdicts(claims.allocated, self.store.raw_claims, timeout_seconds=timeout) or []
+        return [(claim, verdict) for claim, verdict in verdicts if verdict.failed]
 
     async def _deallocate_unbindable(self, pod: Mapping[str, Any]) -> FilterOutcome | None:
         """No node fits because a claim's devices failed binding or timed out: the claim is

@@ -18,7 +18,7 @@ from extender.core.errors import Transient
 from extender.state.binding_conditions import BindingConditionsPending
 from extender.state.devicemap import DeviceMap
 from extender.state.service import SchedulingService
-from tests.manifests import claim, gpu_class, node, pod
+from tests.manifests import claim, device_status, gpu_class, node, pod
 
 NODES = ["node-1", "node-2"]
 UID = "uid-p"
@@ -56,22 +56,7 @@ def driver_reports(backend: EmbeddedBackend, condition: str, status: str = "True
     """The driver's part: a condition on the claim's ``status.devices`` entry of the device."""
     stored = backend.get("ResourceClaim", "default", "c")
     assert stored is not None
-    stored["status"]["devices"] = [
-        {
-            "driver": "gpu.example.com",
-            "pool": "node-1",
-            "device": "gpu-0",
-            "conditions": [
-                {
-                    "type": condition,
-                    "status": status,
-                    "reason": "Reported",
-                    "message": f"{condition} is {status}",
-                    "lastTransitionTime": "2026-12-02T00:00:00Z",
-                }
-            ],
-        }
-    ]
+    stored["status"]["devices"] = [device_status(condition, status)]
     backend.apply(stored)
 
 
@@ -249,22 +234,7 @@ def test_a_failed_extended_resource_claim_is_deleted_not_just_deallocated() -> N
     with pytest.raises(BindingConditionsPending):
         asyncio.run(svc.bind("default", "q", "uid-q", "node-1"))
     (made,) = backend.list_objects("ResourceClaim")
-    made["status"]["devices"] = [
-        {
-            "driver": "gpu.example.com",
-            "pool": "node-1",
-            "device": "gpu-0",
-            "conditions": [
-                {
-                    "type": "example.com/failed",
-                    "status": "True",
-                    "reason": "Broken",
-                    "message": "",
-                    "lastTransitionTime": "2026-12-02T00:00:00Z",
-                }
-            ],
-        }
-    ]
+    made["status"]["devices"] = [device_status("example.com/failed")]
     backend.apply(made)
     outcome = asyncio.run(svc.filter_and_recover(wants_gpu, ["node-1"]))
     assert outcome.error.startswith(f"deletion of ResourceClaim default/{made['metadata']['name']} completed")

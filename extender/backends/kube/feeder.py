@@ -90,11 +90,7 @@ class StoreFeeder:
             self._delete(kind, key)
             self._versions.get(kind, {}).pop(key, None)
             if version is not None:
-                stones = self._tombstones.setdefault(kind, OrderedDict())
-                stones[key] = version
-                stones.move_to_end(key)
-                while len(stones) > MAX_TOMBSTONES:
-                    stones.popitem(last=False)
+                self._tombstone(kind, key, version)
         else:
             self._upsert(kind, key, obj, version)
 
@@ -116,13 +112,17 @@ class StoreFeeder:
         self._delete(kind, key)
         self._versions.get(kind, {}).pop(key, None)
         if versions:
-            stones = self._tombstones.setdefault(kind, OrderedDict())
-            stones[key] = max(versions)
-            stones.move_to_end(key)
-            while len(stones) > MAX_TOMBSTONES:
-                stones.popitem(last=False)
+            self._tombstone(kind, key, max(versions))
 
     # --- internals ------------------------------------------------------------------------------
+
+    def _tombstone(self, kind: str, key: str, version: int) -> None:
+        """Remember that ``key`` was deleted at ``version``: no older event brings it back."""
+        stones = self._tombstones.setdefault(kind, OrderedDict())
+        stones[key] = version
+        stones.move_to_end(key)
+        while len(stones) > MAX_TOMBSTONES:
+            stones.popitem(last=False)
 
     def _stale(self, kind: str, key: str, version: int | None) -> bool:
         if version is None:

@@ -99,22 +99,7 @@ async def test_a_bind_waits_for_the_drivers_condition_through_the_watch(fake: Fa
         assert pod is not None and pod["status"]["nominatedNodeName"] == "node-1" and node_of(fake, "p1") is None
         claim = fake.get_object("ResourceClaim", "default", "c", group=GROUP)
         assert claim is not None
-        claim["status"]["devices"] = [
-            {
-                "driver": "gpu.example.com",
-                "pool": "node-1",
-                "device": "gpu-0",
-                "conditions": [
-                    {
-                        "type": "example.com/attached",
-                        "status": "True",
-                        "reason": "Attached",
-                        "message": "",
-                        "lastTransitionTime": "2026-12-02T00:00:00Z",
-                    }
-                ],
-            }
-        ]
+        claim["status"]["devices"] = [m.device_status("example.com/attached")]
         fake.put_object(claim)
         await asyncio.wait_for(bind, 30)
         assert node_of(fake, "p1") == "node-1"
