@@ -44,8 +44,8 @@ from bench import cluster_gen
 from extender.backends.embedded import EmbeddedBackend
 from extender.server import ServerSettings, create_app
 from extender.server.ui import UI
-from extender.state.devicemap import EXPLAIN_SHARE
 from extender.state.service import SchedulingService
+from extender.views.devicemap import EXPLAIN_SHARE
 
 __all__ = ["Row", "main", "measure"]
 

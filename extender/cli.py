@@ -34,7 +34,7 @@ from extender.logconfig import LOG_FORMATS, LOG_LEVELS, configure_logging
 from extender.manifests import ManifestError, load_manifests
 from extender.server.eventloop import EVENT_LOOPS, event_loop_name
 from extender.server.settings import DEFAULT_MAX_BODY_BYTES, ServerSettings, parse_listen, ssl_context
-from extender.state.store import KINDS, ObjectStore
+from extender.state.cache.store import KINDS, ObjectStore
 
 if TYPE_CHECKING:
     from extender.backends.kube import KubeBackend
@@ -130,10 +130,10 @@ def _add_victims(store: ObjectStore, wanted: list[ResourceClaim], priority: int,
     pods of the manifests that would have to go (device-aware preemption's choice; nobody is
     evicted). ``victims`` is None where no set of lower-priority pods frees enough."""
     from extender.backends.embedded import EmbeddedBackend
-    from extender.state.claims import PodClaims
-    from extender.state.cluster import ClusterView
-    from extender.state.ledger import InFlightLedger
-    from extender.state.preemption import DevicePreemption
+    from extender.state.cache.claims import PodClaims
+    from extender.state.cache.cluster import ClusterView
+    from extender.state.cache.ledger import InFlightLedger
+    from extender.state.preemption.devices import DevicePreemption
 
     preemption = DevicePreemption(ClusterView(EmbeddedBackend(store=store), InFlightLedger(), Features()))
     claims = PodClaims(pod_key="(allocate)", pod_uid="", to_allocate=list(wanted), priority=priority)

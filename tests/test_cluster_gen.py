@@ -14,8 +14,8 @@ import pytest
 from bench import cluster_gen as gen
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.model import Features
-from extender.state.claims import resolve_pod_claims
-from extender.state.ledger import InFlightLedger
+from extender.state.cache.claims import resolve_pod_claims
+from extender.state.cache.ledger import InFlightLedger
 from extender.state.service import SchedulingService
 
 SPEC = gen.ClusterSpec(nodes=12, devices=4, nics=2, partitionable=0.25, network_pools=3, pods=60, unschedulable=0.1)

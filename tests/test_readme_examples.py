@@ -35,7 +35,7 @@ from extender.cli import main
 from extender.core.answers import CANNOT_ALLOCATE, NO_CLASS_DEVICES, NOT_AVAILABLE
 from extender.core.classic import EXCLUDED_BY_CLASS, UNSUITABLE
 from extender.server.app import create_app
-from extender.state.ledger import InFlightLedger
+from extender.state.cache.ledger import InFlightLedger
 from extender.state.service import SchedulingService
 
 ROOT = Path(__file__).resolve().parents[1]

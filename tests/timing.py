@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from extender.state.cluster import ClusterView, WatchedSearch
+from extender.state.cache.cluster import ClusterView, WatchedSearch
 
 __all__ = ["HeldSearch", "TickingClock"]
 

@@ -19,7 +19,8 @@ from extender.core.errors import ExtenderError
 from extender.core.model import DeviceID
 from extender.manifests import ManifestError
 from extender.state.service import SchedulingService
-from extender.state.why import why
+from extender.views.debug import DebugViews
+from extender.views.why import why
 
 __all__ = ["NO_SCHEDULE_EFFECTS", "PodNotFound", "Snapshot", "device_rows"]
 
@@ -43,6 +44,7 @@ class Snapshot:
         self.warn = warn
         self.add(objects)
         self.service = SchedulingService(backend=self.backend, hold_seconds=0)
+        self.views = DebugViews(self.service)
 
     def add(self, objects: Iterable[Mapping[str, Any]], *, strict: bool = False) -> list[dict[str, Any]]:
         """Create or replace ``objects`` (pods last); the objects as stored. One the extender cannot
@@ -81,13 +83,13 @@ class Snapshot:
 
     def why(self, namespace: str, name: str) -> dict[str, Any]:
         """The why document of the pod, as ``GET debug/why/{namespace}/{name}`` gives it."""
-        return why(self.service.views, self.pod(namespace, name), self.node_names)
+        return why(self.views, self.pod(namespace, name), self.node_names)
 
     async def place(self, pod: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
         """Schedule one pod as kube-scheduler would with this extender (filter, prioritize, the best
         node) and bind it in the copy. (node or None, the why document before binding)."""
         names = self.node_names
-        document = why(self.service.views, pod, names)
+        document = why(self.views, pod, names)
         if document["error"] or not document["fits"]["count"]:
             return None, document
         namespace, name = document["pod"].split("/", 1)

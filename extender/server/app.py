@@ -24,25 +24,31 @@ from aiohttp import web
 
 from extender.server import debug, handlers, ui
 from extender.server.eventloop import new_event_loop
-from extender.server.keys import FILTER_ANSWERS, METRICS, SERVICE, SETTINGS
+from extender.server.keys import FILTER_ANSWERS, METRICS, SERVICE, SETTINGS, VIEWS
 from extender.server.metrics import Metrics
 from extender.server.middleware import request_middleware
 from extender.server.settings import ServerSettings, normalize_prefix, ssl_context
 from extender.server.wire import EncodedAnswers
 from extender.state.service import SchedulingService
+from extender.views.debug import DebugViews
 
 __all__ = ["backend_lifecycle", "create_app", "run"]
 
 log = structlog.get_logger()
 
 
-def create_app(service: SchedulingService, settings: ServerSettings | None = None) -> web.Application:
+def create_app(
+    service: SchedulingService, settings: ServerSettings | None = None, *, views: DebugViews | None = None
+) -> web.Application:
+    """The application over ``service``; ``views`` are the read models the debug endpoints and the
+    device map answer from (by default over the same service)."""
     settings = settings if settings is not None else ServerSettings()
     app = web.Application(
         middlewares=[request_middleware],
         client_max_size=settings.max_body_bytes,
     )
     app[SERVICE] = service
+    app[VIEWS] = views if views is not None else DebugViews(service)
     app[SETTINGS] = settings
     app[METRICS] = Metrics(service)
     app[FILTER_ANSWERS] = EncodedAnswers()

@@ -9,7 +9,7 @@ Versions: a claim is answered as resource.k8s.io/v1 whatever version it is store
 as stored since v1 has no place for its driver; a pod is core/v1 as stored; a PodSchedulingContext is
 the stored v1alpha3 object, the only version the type ever had (there is no v1 to convert to).
 ``debug/objects`` answers its DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates
-as v1 the same way (classic DRA's as stored: ``state.debug.without_v1_form``).
+as v1 the same way (classic DRA's as stored: ``views.debug.without_v1_form``).
 """
 
 from __future__ import annotations
@@ -21,10 +21,12 @@ from aiohttp import web
 
 from extender.core.errors import ExtenderError
 from extender.server.handlers import read_json
-from extender.server.keys import SERVICE
+from extender.server.keys import SERVICE, VIEWS
 from extender.server.middleware import json_error, json_response, log_context
 from extender.server.wire import parse_extender_args
-from extender.state.listing import held_objects
+from extender.state import cooperative
+from extender.views.listing import held_objects
+from extender.views.why import why
 
 __all__ = [
     "debug_claim",
@@ -47,7 +49,7 @@ async def explain(request: web.Request) -> web.Response:
     with log_context(pod=args.pod_key):
         service.observe_nodes(args.nodes)
         try:
-            answer = await service.explain_cooperatively(args.pod, args.node_names)
+            answer = await request.app[VIEWS].explain_cooperatively(args.pod, args.node_names)
         except ExtenderError as exc:
             answer = {"pod": args.pod_key, "error": exc.reason, "nodes": []}
         log.info(
@@ -60,16 +62,16 @@ async def explain(request: web.Request) -> web.Response:
 
 
 async def debug_why(request: web.Request) -> web.Response:
-    """Why the stored pod does not fit, over every node the extender knows (``state/why.py``)."""
+    """Why the stored pod does not fit, over every node the extender knows (``views/why.py``)."""
     namespace, name = request.match_info["namespace"], request.match_info["name"]
-    service = request.app[SERVICE]
-    pod = service.debug_pod(namespace, name)
+    views = request.app[VIEWS]
+    pod = views.pod(namespace, name)
     if pod is None:
         return json_error(404, f"pod {namespace}/{name} not found")
     start = time.perf_counter()
     with log_context(pod=f"{namespace}/{name}"):
         try:
-            answer = await service.why_cooperatively(pod)
+            answer = await cooperative.run(why, views, pod, views.store.known_node_names())
         except ExtenderError as exc:
             answer = {"pod": f"{namespace}/{name}", "error": exc.reason, "summary": exc.reason}
         log.info("why.answered", pod=f"{namespace}/{name}", duration_ms=round((time.perf_counter() - start) * 1000, 3))
@@ -77,7 +79,7 @@ async def debug_why(request: web.Request) -> web.Response:
 
 
 async def debug_objects(request: web.Request) -> web.Response:
-    """The objects the extender holds, as one ``kind: List`` (``state/listing.py``). The kube backend
+    """The objects the extender holds, as one ``kind: List`` (``views/listing.py``). The kube backend
     lists classes and slices from the API server for it: a failure there is a 503 naming it."""
     try:
         listed = await held_objects(request.app[SERVICE].backend)
@@ -88,7 +90,7 @@ async def debug_objects(request: web.Request) -> web.Response:
 
 async def debug_claim(request: web.Request) -> web.Response:
     namespace, name = request.match_info["namespace"], request.match_info["name"]
-    claim = request.app[SERVICE].debug_claim(namespace, name)
+    claim = request.app[VIEWS].claim(namespace, name)
     if claim is None:
         return json_error(404, f"resourceclaim {namespace}/{name} not found")
     return json_response(claim)
@@ -96,20 +98,20 @@ async def debug_claim(request: web.Request) -> web.Response:
 
 async def debug_pod(request: web.Request) -> web.Response:
     namespace, name = request.match_info["namespace"], request.match_info["name"]
-    pod = request.app[SERVICE].debug_pod(namespace, name)
+    pod = request.app[VIEWS].pod(namespace, name)
     if pod is None:
         return json_error(404, f"pod {namespace}/{name} not found")
     return json_response(pod)
 
 
 async def debug_node(request: web.Request) -> web.Response:
-    return json_response(request.app[SERVICE].debug_node(request.match_info["node"]))
+    return json_response(request.app[VIEWS].node(request.match_info["node"]))
 
 
 async def debug_scheduling_context(request: web.Request) -> web.Response:
     """The pod's PodSchedulingContext (classic DRA) as the backend's store holds it: the raw object."""
     namespace, name = request.match_info["namespace"], request.match_info["name"]
-    context = request.app[SERVICE].debug_scheduling_context(namespace, name)
+    context = request.app[VIEWS].scheduling_context(namespace, name)
     if context is None:
         return json_error(404, f"podschedulingcontext {namespace}/{name} not found")
     return json_response(context)

@@ -162,7 +162,7 @@ async def prioritize(request: web.Request) -> web.Response:
 
 async def preempt(request: web.Request) -> web.Response:
     """ExtenderPreemptionResult: kube-scheduler's victims per node, with the device holders that
-    must also go (``state/preempt_verb.py``). A failure answers no node (no preemption this time)
+    must also go (``state/preemption/verb.py``). A failure answers no node (no preemption this time)
     and says why in ``Error``."""
     service, metrics = request.app[SERVICE], request.app[METRICS]
     args = parse_preemption_args(await read_json(request))

@@ -24,7 +24,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
-from extender.state.preempt_verb import OUTCOMES as PREEMPT_VERB_OUTCOMES
+from extender.state.preemption.verb import OUTCOMES as PREEMPT_VERB_OUTCOMES
 from extender.state.service import SchedulingService
 
 __all__ = ["NAMESPACE", "Labelled", "Metrics"]
@@ -272,7 +272,7 @@ def _classic_metrics(service: SchedulingService) -> Iterator[Metric]:
 
 
 def _preemption_metrics(service: SchedulingService) -> Iterator[Metric]:
-    """Device-aware preemption (``state/preemption.py``)."""
+    """Device-aware preemption (``state/preemption/devices.py``)."""
     stats = service.preemption.stats
     outcomes = CounterMetricFamily(
         f"{NAMESPACE}_preemptions",

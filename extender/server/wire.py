@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from extender.core.errors import DoesNotFit, ExtenderError, NodeUnresolvable
-from extender.state.preempt_verb import NodeVictims
+from extender.state.preemption.verb import NodeVictims
 
 __all__ = [
     "BadRequest",

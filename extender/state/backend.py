@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from extender.state.store import ObjectStore
+from extender.state.cache.store import ObjectStore
 
 __all__ = ["Backend"]
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -46,10 +46,12 @@ from extender.core.classic import (
 )
 from extender.core.errors import DeadlineExceeded, ExtenderError, ObjectNotFound, Transient, WriteConflict
 from extender.core.model import ResourceClaim
-from extender.state.claim_writes import json_copy
-from extender.state.claims import PodClaims, pod_identity, pod_uid
-from extender.state.cluster import ClusterView
-from extender.state.verdicts import FilterOutcome
+from extender.state.bind.claim_writes import json_copy
+from extender.state.cache.claims import PodClaims
+from extender.state.cache.cluster import ClusterView
+from extender.state.cache.pods import bound_node, deleting, pod_identity, pod_uid
+from extender.state.clock import timeout_until
+from extender.state.filter.verdicts import FilterOutcome
 
 __all__ = ["CONTEXT_API_VERSION", "ClassicNegotiator", "ClassicStats"]
 
@@ -154,7 +156,7 @@ class ClassicNegotiator:
                 if ours and context is not None and context.potential_nodes == nodes:
                     continue
                 stored = self.store.pods.get(key)
-                if stored is not None and (stored.get("spec") or {}).get("nodeName"):
+                if stored is not None and bound_node(stored):
                     continue  # bound meanwhile: the negotiation is over
                 try:
                     await self.backend.ensure_leader()
@@ -171,13 +173,13 @@ class ClassicNegotiator:
     async def quiesce(self, pod: Mapping[str, Any], until: float) -> None:
         """Stop publishing for a pod whose bind writes its context now: a queued publish is
         dropped (its list returned by ``_take_wanted``), one under way is waited for (at most
-        until the loop time ``until``), so that no late write overtakes the bind's or recreates a
+        until ``until`` on the service's clock), so that no late write overtakes the bind's or recreates a
         context the bind deleted. ``resume`` ends it."""
         key = "/".join(pod_identity(pod)[:2])
         self._binding.add(key)
         task = self._publishers.get(key)
         if task is not None:
-            remaining = until - asyncio.get_running_loop().time()
+            remaining = until - self.cluster.clock()
             await asyncio.wait([task], timeout=max(0.0, remaining))
 
     def publishing(self, key: str) -> bool:
@@ -326,15 +328,14 @@ class ClassicNegotiator:
             raise Transient(f"node {node}: {problem.reason}", node=node)
 
     async def allocate_for(self, pod: Mapping[str, Any], claims: PodClaims, node: str, until: float) -> PodClaims:
-        """Select ``node`` for the drivers and wait (until the loop time ``until``) for them to
+        """Select ``node`` for the drivers and wait (until ``until`` on the service's clock) for them to
         allocate every pending classic claim; returns the pod's claims as they are then (the
         classic ones allocated). Raises ``Transient`` when a driver finds the node unsuitable, a
         claim goes, or the time runs out (``selectedNode`` stays set then, so that the driver can
         finish: the retry finds the claims allocated for the node)."""
         namespace, name, _ = pod_identity(pod)
         key = f"{namespace}/{name}"
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = self.cluster.clock()
         event = asyncio.Event()
         self._waiters.setdefault(namespace, set()).add(event)
         # A pod the store shows now and no longer shows later was deleted (one the watch has not
@@ -344,7 +345,8 @@ class ClassicNegotiator:
             await self.quiesce(pod, until)
             # a potentialNodes publish still queued goes out in the same write
             wanted = self._take_wanted(key)
-            await _within(until, self.write_context(pod, selected=node, potential=wanted), "selecting the node")
+            selecting = self.write_context(pod, selected=node, potential=wanted)
+            await _within(self.cluster.clock, until, selecting, "selecting the node")
             self.stats.waits += 1
             self._waiting_pods.add(key)
             while True:
@@ -354,11 +356,11 @@ class ClassicNegotiator:
                 except _Unsuitable:
                     # so that the driver stops trying the node (best effort, within the deadline)
                     with contextlib.suppress(DeadlineExceeded, ExtenderError):
-                        await _within(until, self.clear_selection(pod), "clearing the node")
+                        await _within(self.cluster.clock, until, self.clear_selection(pod), "clearing the node")
                     raise
                 if current is not None:
                     return current
-                remaining = until - loop.time()
+                remaining = until - self.cluster.clock()
                 if remaining <= 0:
                     raise Transient(
                         f"timed out waiting for resource driver to allocate claims for node {node}", node=node
@@ -368,7 +370,7 @@ class ClassicNegotiator:
         finally:
             self._waiting_pods.discard(key)
             self.resume(pod)
-            self.stats.wait_seconds += loop.time() - started
+            self.stats.wait_seconds += self.cluster.clock() - started
             waiters = self._waiters.get(namespace)
             if waiters is not None:
                 waiters.discard(event)
@@ -383,7 +385,7 @@ class ClassicNegotiator:
         namespace, name, uid = pod_identity(pod)
         stored = self.store.pods.get(f"{namespace}/{name}")
         if stored is not None and pod_uid(stored) == uid:
-            if (stored.get("metadata") or {}).get("deletionTimestamp"):
+            if deleting(stored):
                 raise Transient(f'pod "{namespace}/{name}" is being deleted')
             pod = stored
         elif in_store:
@@ -440,9 +442,9 @@ class ClassicNegotiator:
         self.stats.deallocations += 1
 
 
-async def _within(until: float, write: Awaitable[T], step: str) -> T:
-    """``write`` within the bind's time (loop time ``until``): ``DeadlineExceeded`` after."""
-    timeout = asyncio.timeout_at(until)
+async def _within(clock: Callable[[], float], until: float, write: Awaitable[T], step: str) -> T:
+    """``write`` within the bind's time (``until`` on ``clock``): ``DeadlineExceeded`` after."""
+    timeout = timeout_until(clock, until)
     try:
         async with timeout:
             return await write

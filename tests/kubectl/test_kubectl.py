@@ -23,6 +23,7 @@ from extender.kubectl import run
 from extender.manifests import load_manifests
 from extender.server import create_app
 from extender.state.service import SchedulingService
+from extender.views.debug import DebugViews
 from tests.fakes import FakeApiServer
 
 ROOT = Path(__file__).parents[2]
@@ -121,12 +122,12 @@ async def test_why_json_is_the_endpoint_document(kubeconfig: str, extender: str)
     assert local["pod"] == "default/big-job"
     assert [c["node"] for c in local["closest"]] == ["node-a", "node-b", "node-c"]
     backend = EmbeddedBackend.from_paths(CLUSTER)
-    from extender.state.why import why
+    from extender.views.why import why
 
     service = SchedulingService(backend=backend, hold_seconds=0)
     pod = backend.get("Pod", "default", "big-job")
     assert pod is not None
-    served = why(service.views, pod, backend.store.known_node_names())
+    served = why(DebugViews(service), pod, backend.store.known_node_names())
     for field in ("summary", "reasons", "fits", "bound", "error"):
         assert local[field] == served[field], field
     assert [s["kind"] for s in local["suggestions"]] == [s["kind"] for s in served["suggestions"]]

@@ -7,13 +7,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from extender.state.cache.ledger import InFlightLedger
+from extender.state.cache.nominations import Nominations
+from extender.state.cache.store import ObjectStore
 from extender.state.classic import ClassicStats
-from extender.state.ledger import InFlightLedger
-from extender.state.nominations import Nominations
-from extender.state.preempt_verb import PreemptVerbStats
-from extender.state.preemption import PreemptionStats
+from extender.state.preemption.devices import PreemptionStats
+from extender.state.preemption.verb import PreemptVerbStats
 from extender.state.service import FilterOutcome, SchedulingService, ServiceStats
-from extender.state.store import ObjectStore
+from extender.views.debug import DebugViews
 
 
 class FakeBackend:
@@ -124,31 +125,44 @@ class FakeService:
         self.calls.append(("bind", namespace, name, uid, node))
         self._maybe_raise("bind")
 
-    async def explain_cooperatively(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:
-        return self.explain(pod, node_names)
-
-    def explain(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:
-        self.calls.append(("explain", pod["metadata"]["name"], list(node_names)))
-        self._maybe_raise("explain")
-        return {"pod": "default/" + pod["metadata"]["name"], "error": "", "nodes": [{"node": n} for n in node_names]}
-
-    def debug_claim(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.claims.get(f"{namespace}/{name}")
-
-    def debug_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.pods.get(f"{namespace}/{name}")
-
     async def stop(self) -> None:
         self.stopped += 1  # not a verb: kept out of ``calls``
 
-    def debug_scheduling_context(self, namespace: str, name: str) -> dict[str, Any] | None:
-        return self.contexts.get(f"{namespace}/{name}")
-
-    def debug_node(self, node: str) -> dict[str, Any]:
-        return {"node": node, "labels": {}, "pools": [], "devices": []}
-
     def as_service(self) -> SchedulingService:
         return cast(SchedulingService, self)
+
+    def as_views(self) -> DebugViews:
+        """The read models over this fake (``create_app(..., views=...)``): answers from its
+        ``claims``, ``pods`` and ``contexts``; explain is recorded in ``calls``."""
+        return cast(DebugViews, FakeViews(self))
+
+
+@dataclass
+class FakeViews:
+    """What the server asks of ``DebugViews``, answered by a ``FakeService``."""
+
+    fake: FakeService
+
+    @property
+    def store(self) -> ObjectStore:
+        return self.fake.store
+
+    async def explain_cooperatively(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:
+        self.fake.calls.append(("explain", pod["metadata"]["name"], list(node_names)))
+        self.fake._maybe_raise("explain")
+        return {"pod": "default/" + pod["metadata"]["name"], "error": "", "nodes": [{"node": n} for n in node_names]}
+
+    def claim(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.fake.claims.get(f"{namespace}/{name}")
+
+    def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.fake.pods.get(f"{namespace}/{name}")
+
+    def scheduling_context(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.fake.contexts.get(f"{namespace}/{name}")
+
+    def node(self, node: str) -> dict[str, Any]:
+        return {"node": node, "labels": {}, "pools": [], "devices": []}
 
 
 def pod(name: str = "pod-a", namespace: str = "default", uid: str = "uid-a", **spec: Any) -> dict[str, Any]:

@@ -32,8 +32,8 @@ from extender.core.convert import (
 from extender.kubectl import run
 from extender.manifests import load_manifests
 from extender.server import ServerSettings, create_app
-from extender.state.debug import without_v1_form
 from extender.state.service import SchedulingService
+from extender.views.debug import without_v1_form
 
 Client = TestClient[Any, Any]
 CLUSTER = Path(__file__).parent / "fixtures" / "v1beta1-claim.yaml"

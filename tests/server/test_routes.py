@@ -34,7 +34,9 @@ def fake() -> FakeService:
 @pytest.fixture
 def make_client(aiohttp_client: Any, fake: FakeService) -> MakeClient:
     async def make(**settings: Any) -> Client:
-        client: Client = await aiohttp_client(create_app(fake.as_service(), ServerSettings(**settings)))
+        client: Client = await aiohttp_client(
+            create_app(fake.as_service(), ServerSettings(**settings), views=fake.as_views())
+        )
         return client
 
     return make
@@ -489,7 +491,7 @@ async def test_refused_requests_are_logged(client: Client) -> None:
 
 
 async def test_backend_starts_with_the_app_and_stops_with_it(aiohttp_client: Any, fake: FakeService) -> None:
-    client = await aiohttp_client(create_app(fake.as_service()))
+    client = await aiohttp_client(create_app(fake.as_service(), views=fake.as_views()))
     assert (fake.backend.started, fake.backend.stopped) == (1, 0)
     await client.close()
     assert (fake.backend.started, fake.backend.stopped) == (1, 1)

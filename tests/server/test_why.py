@@ -1,4 +1,4 @@
-"""``GET debug/why/{namespace}/{name}`` and the why document (``extender/state/why.py``) over
+"""``GET debug/why/{namespace}/{name}`` and the why document (``extender/views/why.py``) over
 loopback HTTP with the real service and the embedded backend of ``fixtures/why-cluster.yaml``: the
 summary in kube-scheduler's words, reasons grouped per class, the closest nodes ranked by what
 they lack, suggestions from the data (the claim and pod holding the devices, the preemption
@@ -18,8 +18,10 @@ from aiohttp.test_utils import TestClient
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.convert import V1
 from extender.server import ServerSettings, create_app
+from extender.state import cooperative
 from extender.state.service import SchedulingService
-from extender.state.why import NODE_SELECTOR_MISMATCH, why
+from extender.views.debug import DebugViews
+from extender.views.why import NODE_SELECTOR_MISMATCH, why
 
 Client = TestClient[Any, Any]
 CLUSTER = Path(__file__).parent / "fixtures" / "why-cluster.yaml"
@@ -189,7 +191,7 @@ async def test_not_synced_is_an_error_not_a_guess(backend: EmbeddedBackend) -> N
     backend._synced = False
     pod = backend.get("Pod", "default", "big-job")
     assert pod is not None
-    doc = why(service.views, pod, backend.store.known_node_names())
+    doc = why(DebugViews(service), pod, backend.store.known_node_names())
     assert doc["error"] == "cache not synced yet"
     assert doc["suggestions"][0]["kind"] == "wait"
 
@@ -286,13 +288,13 @@ async def test_why_lets_the_event_loop_run_between_nodes(backend: EmbeddedBacken
             await asyncio.sleep(0)
             turns += 1
 
-    pod = service.debug_pod("default", "big-job")
+    pod = DebugViews(service).pod("default", "big-job")
     assert pod is not None
-    expected = why(service.views, pod, service.store.known_node_names())
+    expected = why(DebugViews(service), pod, service.store.known_node_names())
     task = asyncio.create_task(other_requests())
     await asyncio.sleep(0)
     turns = 0
-    answer = await service.why_cooperatively(pod)
+    answer = await cooperative.run(why, DebugViews(service), pod, service.store.known_node_names())
     done = True
     await task
     assert answer == expected

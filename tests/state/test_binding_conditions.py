@@ -15,9 +15,10 @@ import pytest
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.answers import NOT_AVAILABLE
 from extender.core.errors import Transient
-from extender.state.binding_conditions import BindingConditionsPending
-from extender.state.devicemap import DeviceMap
+from extender.state.bind.conditions import BindingConditionsPending
 from extender.state.service import SchedulingService
+from extender.views.debug import DebugViews
+from extender.views.devicemap import DeviceMap
 from tests.manifests import claim, device_status, gpu_class, node, pod
 
 NODES = ["node-1", "node-2"]
@@ -137,7 +138,7 @@ def test_devices_that_wait_past_the_binding_timeout_are_deallocated() -> None:
 
 def test_the_device_map_shows_a_device_waiting_for_its_conditions_as_binding() -> None:
     svc, backend = service()
-    device_map = DeviceMap(svc.cluster, svc.stats, svc.views, clock=lambda: 1_893_457_000.0)
+    device_map = DeviceMap(svc.cluster, svc.stats, DebugViews(svc), clock=lambda: 1_893_457_000.0)
 
     def gpu() -> dict[str, Any]:
         detail = device_map.node("node-1")

@@ -20,6 +20,7 @@ from extender.core.convert import decode_object, decode_pod_scheduling_context
 from extender.core.errors import InvalidObject, PodUnschedulable, Transient
 from extender.core.model import DeviceClass, NodeInfo, ResourceClaim
 from extender.state.service import SchedulingService
+from extender.views.debug import DebugViews
 from tests import manifests as m
 
 ALPHA = "resource.k8s.io/v1alpha3"
@@ -96,7 +97,7 @@ async def test_where_classic_dra_is_not_driven_a_classic_claim_is_unschedulable(
     assert "classic.example.com" in outcome.error and "--no-classic-dra" in outcome.error
     with pytest.raises(PodUnschedulable, match="DRAControlPlaneController"):
         await svc.bind("default", "p1", "uid-p1", "node-1")
-    assert not (svc.debug_claim("default", "c1") or {}).get("status")  # nothing allocated, nothing written
+    assert not (DebugViews(svc).claim("default", "c1") or {}).get("status")  # nothing allocated, nothing written
     assert len(svc.ledger) == 0
 
 
@@ -109,7 +110,7 @@ async def test_a_classic_claim_is_never_allocated_with_structured_devices() -> N
     assert outcome.unresolvable == dict.fromkeys(NODES, "excluded by device class node filter")
     with pytest.raises(Transient, match="excluded by device class node filter"):
         await svc.bind("default", "p1", "uid-p1", "node-1")
-    assert not (svc.debug_claim("default", "c1") or {}).get("status")
+    assert not (DebugViews(svc).claim("default", "c1") or {}).get("status")
     assert len(svc.ledger) == 0
 
 
@@ -126,7 +127,7 @@ async def test_a_claim_its_driver_allocated_pins_the_pod_and_is_reserved_at_bind
     svc = service(classic_claim("c1", allocated_on="node-2"), m.pod("p1", "c1"))
     assert svc.filter(m.pod("p1", "c1"), NODES).node_names == ["node-2"]
     await svc.bind("default", "p1", "uid-p1", "node-2")
-    status = svc.debug_claim("default", "c1")["status"]  # type: ignore[index]
+    status = DebugViews(svc).claim("default", "c1")["status"]  # type: ignore[index]
     assert status["reservedFor"] == [{"resource": "pods", "name": "p1", "uid": "uid-p1"}]
     assert status["allocation"]["controller"] == "classic.example.com"
 

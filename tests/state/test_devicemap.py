@@ -1,4 +1,4 @@
-"""The device map's read model (``extender/state/devicemap.py``) over tests/state/fixtures/device-states.yaml:
+"""The device map's read model (``extender/views/devicemap.py``) over tests/state/fixtures/device-states.yaml:
 every state on the right device, partitions grouped, filters and paging, pools and pending pods, a
 revision that moves with every change, and the incremental upkeep agreeing with a map built afresh
 (while re-rendering only the nodes a change concerns)."""
@@ -15,12 +15,13 @@ import pytest
 
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.model import AllocationResult, DeviceResult
-from extender.state import devicemap as devicemap_module
-from extender.state import why
-from extender.state.devicemap import DEVICE_STATES, DeviceMap, NodeFilter, UnknownDeviceClass
-from extender.state.nominations import Nomination
-from extender.state.preemption import WAITING_FOR_VICTIMS
+from extender.state.cache.nominations import Nomination
+from extender.state.preemption.devices import WAITING_FOR_VICTIMS
 from extender.state.service import SchedulingService
+from extender.views import devicemap as devicemap_module
+from extender.views import why
+from extender.views.debug import DebugViews
+from extender.views.devicemap import DEVICE_STATES, DeviceMap, NodeFilter, UnknownDeviceClass
 from tests import manifests as m
 from tests.state import test_preemption as preemption_tests
 from tests.timing import TickingClock
@@ -31,7 +32,11 @@ CLUSTER = Path(__file__).parent / "fixtures" / "device-states.yaml"
 def make(**options: Any) -> tuple[EmbeddedBackend, SchedulingService, DeviceMap]:
     backend = EmbeddedBackend.from_paths(CLUSTER)
     service = SchedulingService(backend=backend, **options)
-    return backend, service, DeviceMap(service.cluster, service.stats, service.views, clock=lambda: 1_893_457_000.0)
+    return (
+        backend,
+        service,
+        DeviceMap(service.cluster, service.stats, DebugViews(service), clock=lambda: 1_893_457_000.0),
+    )
 
 
 def devices_of(device_map: DeviceMap, node: str) -> dict[str, dict[str, Any]]:
@@ -308,7 +313,7 @@ def test_pending_pods_most_important_first() -> None:
 async def test_the_first_pending_pods_are_explained_once_per_revision(monkeypatch: pytest.MonkeyPatch) -> None:
     backend = EmbeddedBackend.from_paths(CLUSTER)
     service = SchedulingService(backend=backend)
-    device_map = DeviceMap(service.cluster, service.stats, service.views, explain_share=1.0)
+    device_map = DeviceMap(service.cluster, service.stats, DebugViews(service), explain_share=1.0)
     calls: list[str] = []
     real = why.why
 
@@ -366,7 +371,9 @@ async def test_explanations_take_at_most_their_share_of_the_time(monkeypatch: py
     monkeypatch.setattr(why, "why", slow)
     backend = EmbeddedBackend.from_paths(CLUSTER)
     service = SchedulingService(backend=backend)
-    device_map = DeviceMap(service.cluster, service.stats, service.views, explain_share=0.25, timer=clock, sleep=rest)
+    device_map = DeviceMap(
+        service.cluster, service.stats, DebugViews(service), explain_share=0.25, timer=clock, sleep=rest
+    )
     await device_map.pending_explained()
     await device_map.settled()
     # three explanations of 50 ms: a quarter of the time, so 150 ms of rest after each but the last
@@ -391,7 +398,7 @@ async def test_stop_ends_the_explanations(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(why, "why", counted)
     service = SchedulingService(backend=EmbeddedBackend.from_paths(CLUSTER))
-    device_map = DeviceMap(service.cluster, service.stats, service.views, explain_share=0.25, sleep=rest)
+    device_map = DeviceMap(service.cluster, service.stats, DebugViews(service), explain_share=0.25, sleep=rest)
     await device_map.pending_explained()
     await resting.wait()  # one pod explained, two wanted, resting before the next
     await device_map.stop()
@@ -469,7 +476,7 @@ def test_incremental_answers_equal_a_fresh_map_through_random_changes(seed: int)
             claim = backend.get("ResourceClaim", "team-b", "share-2")
             if claim is not None:
                 backend.delete("ResourceClaim", "team-b", "share-2")
-        fresh = DeviceMap(service.cluster, service.stats, service.views, clock=lambda: 1_893_457_000.0)
+        fresh = DeviceMap(service.cluster, service.stats, DebugViews(service), clock=lambda: 1_893_457_000.0)
         assert _answers(device_map) == _answers(fresh)
 
 
@@ -522,7 +529,7 @@ def test_the_devices_of_a_claim_that_was_unreadable_are_redrawn_when_it_ends(the
         raw["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu-1"
         service.store.upsert(raw)
     assert states(device_map, "node-a")["gpu-0"] == "free"
-    fresh = DeviceMap(service.cluster, service.stats, service.views, clock=lambda: 1_893_457_000.0)
+    fresh = DeviceMap(service.cluster, service.stats, DebugViews(service), clock=lambda: 1_893_457_000.0)
     assert _answers(device_map) == _answers(fresh)
 
 
@@ -531,7 +538,7 @@ def test_the_revision_moves_with_everything_the_summary_shows() -> None:
     or a watch failing for good, changes nothing in the store) and the extra counters move it too."""
     backend, service, _ = make()
     extra = {"preemptions": 0}
-    device_map = DeviceMap(service.cluster, service.stats, service.views, extra_counters=lambda: dict(extra))
+    device_map = DeviceMap(service.cluster, service.stats, DebugViews(service), extra_counters=lambda: dict(extra))
     seen = {device_map.revision(): device_map.summary()}
     for change in ("unsynced", "preempted", "synced"):
         if change == "preempted":
@@ -564,7 +571,7 @@ async def test_prepare_renders_every_node_letting_the_event_loop_run_between_the
     stop = True
     await task
     assert turns - before >= len(device_map.node_names())
-    fresh = DeviceMap(service.cluster, service.stats, service.views, clock=lambda: 1_893_457_000.0)
+    fresh = DeviceMap(service.cluster, service.stats, DebugViews(service), clock=lambda: 1_893_457_000.0)
     assert device_map.summary() == fresh.summary()
     chosen = NodeFilter(device_class="gpu")
     assert device_map.nodes(chosen) == fresh.nodes(chosen)
@@ -597,7 +604,7 @@ async def _preempting(monkeypatch: pytest.MonkeyPatch) -> tuple[Any, DeviceMap, 
     the low pods and has the device freed nominated; the map, the node and the rendered nodes."""
     cluster = await preemption_tests.started(m.claim("hc"), preemption_tests.prio_pod("high", 1000, "hc"))
     service = cluster.service
-    device_map = DeviceMap(service.cluster, service.stats, service.views, rejected=service.rejected)
+    device_map = DeviceMap(service.cluster, service.stats, DebugViews(service), rejected=service.rejected)
     device_map.summary()
     device_map.nodes()
     rendered: list[str] = []
@@ -706,7 +713,9 @@ async def test_pods_the_last_filter_found_no_node_for_are_listed_and_explained_f
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     backend, service, _ = make()
-    device_map = DeviceMap(service.cluster, service.stats, service.views, explain_share=1.0, rejected=service.rejected)
+    device_map = DeviceMap(
+        service.cluster, service.stats, DebugViews(service), explain_share=1.0, rejected=service.rejected
+    )
     order = ["default/urgent", "default/old", "default/new"]
     pending = device_map.pending()
     assert [p["pod"] for p in pending["pods"]] == order and not any(p["rejected"] for p in pending["pods"])

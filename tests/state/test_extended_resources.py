@@ -16,7 +16,7 @@ from extender.backends.embedded import EmbeddedBackend
 from extender.core.answers import CANNOT_ALLOCATE
 from extender.core.errors import ApiUnavailable, ExtenderError, OutcomeUnknown
 from extender.core.extended import CANNOT_FIT_RESOURCE, EXTENDED_CLAIM_ANNOTATION
-from extender.state.preempt_verb import NodeVictims
+from extender.state.preemption.verb import NodeVictims
 from extender.state.service import SchedulingService
 from tests.manifests import claim, cluster
 

@@ -1,4 +1,4 @@
-"""Remembered verdicts (extender/state/fits.py) must never change an answer.
+"""Remembered verdicts (extender/state/cache/fit_cache.py) must never change an answer.
 
 The main test drives a generated cluster (plain GPU nodes, partitionable nodes with shared
 counters, rack-wide network-attached pools, NICs; template, direct and shared claims) through
@@ -26,10 +26,10 @@ from extender.core.model import AllocatedState, AllocationResult, DeviceID, Devi
 from extender.core.pools import SliceSnapshot
 from extender.core.quantity import Quantity
 from extender.core.scoring import ScoringCandidate, ScoringPolicy, node_device_usage, score_candidates
-from extender.state.claims import resolve_pod_claims
-from extender.state.fits import FitCache
+from extender.state.cache.claims import resolve_pod_claims
+from extender.state.cache.fit_cache import FitCache
+from extender.state.cache.store import AllocationIndex
 from extender.state.service import SchedulingService
-from extender.state.store import AllocationIndex
 from tests import builders as b
 
 SPEC = gen.ClusterSpec(
@@ -92,7 +92,7 @@ def fresh_scores(svc: SchedulingService, pod: dict[str, Any], names: list[str]) 
         if isinstance(answer, Allocation):
             usage = node_device_usage(allocator.snapshot, node, allocator.allocated, svc.features)
             candidates.append(ScoringCandidate(answer, usage))
-    scores = score_candidates(candidates, svc.policy_for(pod))
+    scores = score_candidates(candidates, svc.prioritizer.policy_for(pod))
     return [(n, scores.get(n, 0)) for n in names]
 
 

@@ -15,8 +15,9 @@ from extender.backends.embedded import EmbeddedBackend
 from extender.core.answers import CANNOT_ALLOCATE
 from extender.core.errors import Transient
 from extender.core.scoring import ScoringPolicy
-from extender.state.ledger import InFlightLedger
+from extender.state.cache.ledger import InFlightLedger
 from extender.state.service import SchedulingService
+from extender.views.debug import DebugViews
 from tests.manifests import claim, cluster, pod
 
 NODES = ["node-1", "node-2", "node-3"]
@@ -61,14 +62,14 @@ def test_a_bind_to_the_held_node_keeps_it_one_elsewhere_moves_it() -> None:
     svc.prioritize(pod("p", "c-p"), NODES)
     asyncio.run(svc.bind("default", "p", "uid-p", "node-1"))
     assert svc.stats.holds == {"placed": 1, "kept": 1} and svc.stats.holds_settled == 1
-    assert svc.debug_claim("default", "c-p")["status"]["allocation"]["devices"]["results"][0]["pool"] == "node-1"
+    assert DebugViews(svc).claim("default", "c-p")["status"]["allocation"]["devices"]["results"][0]["pool"] == "node-1"
     assert len(svc.ledger) == 0  # written: the claim holds the device now
     svc.prioritize(pod("q", "c-q"), ["node-2", "node-3"])
     assert holds(svc) == {"default/q": "node-2"}
     asyncio.run(svc.bind("default", "q", "uid-q", "node-3"))  # kube-scheduler chose otherwise
     assert svc.stats.holds["moved"] == 1 and holds(svc) == {}
     assert svc.filter(pod("r", "c-p"), ["node-2"]).node_names == []  # c-p is allocated on node-1
-    assert svc.debug_claim("default", "c-q")["status"]["allocation"]["devices"]["results"][0]["pool"] == "node-3"
+    assert DebugViews(svc).claim("default", "c-q")["status"]["allocation"]["devices"]["results"][0]["pool"] == "node-3"
 
 
 def test_the_pods_next_attempt_gives_its_hold_back() -> None:
@@ -163,7 +164,7 @@ def test_a_second_bind_of_a_pod_being_bound_is_refused() -> None:
         await first
 
     asyncio.run(main())
-    results = svc.debug_claim("default", "c-p")["status"]["allocation"]["devices"]["results"]  # type: ignore[index]
+    results = DebugViews(svc).claim("default", "c-p")["status"]["allocation"]["devices"]["results"]  # type: ignore[index]
     assert [r["pool"] for r in results] == ["node-1"]
 
 
@@ -192,7 +193,7 @@ def test_a_retry_while_the_bind_still_runs_holds_nothing_and_takes_nothing_away(
         await bind
 
     asyncio.run(main())
-    results = svc.debug_claim("default", "c-p")["status"]["allocation"]["devices"]["results"]  # type: ignore[index]
+    results = DebugViews(svc).claim("default", "c-p")["status"]["allocation"]["devices"]["results"]  # type: ignore[index]
     assert [r["pool"] for r in results] == ["node-1"]
 
 

@@ -8,7 +8,7 @@ import copy
 from pathlib import Path
 
 from extender.backends.embedded import EmbeddedBackend
-from extender.state.listing import held_objects
+from extender.views.listing import held_objects
 
 DEMO = Path(__file__).parents[2] / "deploy" / "examples" / "demo-cluster.yaml"
 

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.errors import ApiUnavailable
 from extender.core.preemption import Victim, choose_victims
-from extender.state.preemption import MAX_REFUSALS, WAITING_FOR_VICTIMS
+from extender.state.preemption.devices import MAX_REFUSALS, WAITING_FOR_VICTIMS
 from extender.state.service import SchedulingService
+from extender.views.debug import DebugViews
 from tests import manifests as m
 
 NODES = ["node-1", "node-2"]
@@ -239,7 +240,7 @@ async def test_explain_names_who_would_have_to_go_and_evicts_nobody() -> None:
     c = await started(m.claim("hc", count=2), prio_pod("high", 1000, "hc"), m.claim("pc"), prio_pod("peer", 100, "pc"))
     raw = c.backend.get("Pod", "default", "high")
     assert raw is not None
-    explained = c.service.explain(raw, NODES)
+    explained = DebugViews(c.service).explain(raw, NODES)
     nodes = explained["preemption"]["nodes"]
     assert [v["pod"] for v in nodes["node-1"]["victims"]] == ["default/low-1", "default/low-2"]
     assert [v["pod"] for v in nodes["node-2"]["victims"]] == ["default/low-3", "default/low-4"]
@@ -247,7 +248,7 @@ async def test_explain_names_who_would_have_to_go_and_evicts_nobody() -> None:
     # equal priority: nobody would go for "peer"
     peer = c.backend.get("Pod", "default", "peer")
     assert peer is not None
-    assert c.service.explain(peer, NODES)["preemption"]["nodes"]["node-1"]["victims"] is None
+    assert DebugViews(c.service).explain(peer, NODES)["preemption"]["nodes"]["node-1"]["victims"] is None
     assert len(c.pods()) == 6 and not c.backend.events
 
 
@@ -297,7 +298,7 @@ async def test_the_holders_of_both_partitions_go_to_free_the_whole_device() -> N
     await service.bind("default", "half-b", "uid-half-b", "node-1")
     raw = backend.get("Pod", "default", "big")
     assert raw is not None
-    explained = service.explain(raw, ["node-1"])
+    explained = DebugViews(service).explain(raw, ["node-1"])
     assert [v["pod"] for v in explained["preemption"]["nodes"]["node-1"]["victims"]] == [
         "default/half-a",
         "default/half-b",
@@ -367,7 +368,7 @@ async def test_a_deleted_preemptor_releases_its_nomination() -> None:
 
 
 def test_a_nomination_outlives_its_lifetime_while_a_victim_is_still_there() -> None:
-    from extender.state.nominations import Nomination, Nominations
+    from extender.state.cache.nominations import Nomination, Nominations
 
     now = [0.0]
     nominations = Nominations(clock=lambda: now[0])

@@ -16,9 +16,10 @@ import pytest
 
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.answers import CANNOT_ALLOCATE, NO_CLASS_DEVICES, NOT_AVAILABLE
-from extender.core.errors import ApiUnavailable, DoesNotFit, ExtenderError, WriteConflict
+from extender.core.errors import DoesNotFit, ExtenderError, WriteConflict
 from extender.state.service import DELETE_PROTECTION_FINALIZER, SchedulingService
-from tests.manifests import claim, cluster, gpu_slice, node, pod, template
+from extender.views.debug import DebugViews
+from tests.manifests import claim, cluster, node, pod, template
 
 
 def service(objects: list[dict[str, Any]], **options: Any) -> SchedulingService:
@@ -65,18 +66,18 @@ async def test_bind_writes_claim_then_binds_and_is_idempotent() -> None:
     svc = service(cluster(claim("c1"), pod("p", "c1")))
     assert svc.filter(pod("p", "c1"), NODES).node_names == NODES
     await svc.bind("default", "p", "uid-p", "node-2")
-    raw = svc.debug_claim("default", "c1")
+    raw = DebugViews(svc).claim("default", "c1")
     assert raw is not None
     assert DELETE_PROTECTION_FINALIZER in raw["metadata"]["finalizers"]
     results = raw["status"]["allocation"]["devices"]["results"]
     assert [(r["pool"], r["device"]) for r in results] == [("node-2", "gpu-0")]
     assert raw["status"]["allocation"]["allocationTimestamp"]
     assert raw["status"]["reservedFor"] == [{"resource": "pods", "name": "p", "uid": "uid-p"}]
-    assert svc.debug_pod("default", "p")["spec"]["nodeName"] == "node-2"  # type: ignore[index]
+    assert DebugViews(svc).pod("default", "p")["spec"]["nodeName"] == "node-2"  # type: ignore[index]
     assert len(svc.ledger) == 0 and svc.stats.allocations == 1
     rv = raw["metadata"]["resourceVersion"]
     await svc.bind("default", "p", "uid-p", "node-2")  # a retry after success
-    assert svc.debug_claim("default", "c1")["metadata"]["resourceVersion"] == rv  # type: ignore[index]
+    assert DebugViews(svc).claim("default", "c1")["metadata"]["resourceVersion"] == rv  # type: ignore[index]
     assert svc.stats.allocations == 1
 
 
@@ -89,12 +90,12 @@ async def test_bind_checks_the_pod_uid() -> None:
 async def test_shared_claim_gets_a_second_consumer_without_reallocation() -> None:
     svc = service(cluster(claim("shared"), pod("a", "shared"), pod("b", "shared")))
     await svc.bind("default", "a", "uid-a", "node-1")
-    allocation = copy.deepcopy(svc.debug_claim("default", "shared")["status"]["allocation"])  # type: ignore[index]
+    allocation = copy.deepcopy(DebugViews(svc).claim("default", "shared")["status"]["allocation"])  # type: ignore[index]
     # the allocated claim pins pod b to node-1
     out = svc.filter(pod("b", "shared"), NODES)
     assert out.node_names == ["node-1"] and out.unresolvable == {"node-2": NOT_AVAILABLE}
     await svc.bind("default", "b", "uid-b", "node-1")
-    raw = svc.debug_claim("default", "shared")
+    raw = DebugViews(svc).claim("default", "shared")
     assert raw["status"]["allocation"] == allocation  # type: ignore[index]
     assert [r["name"] for r in raw["status"]["reservedFor"]] == ["a", "b"]  # type: ignore[index]
 
@@ -105,36 +106,6 @@ async def test_devices_of_bound_claims_are_used() -> None:
     assert svc.filter(pod("b", "c2"), ["node-1"]).failed == {"node-1": CANNOT_ALLOCATE}
     with pytest.raises(DoesNotFit):
         await svc.bind("default", "b", "uid-b", "node-1")
-
-
-@pytest.mark.parametrize("operation", ["update_claim", "update_claim_status", "bind_pod"])
-async def test_a_failed_write_is_rolled_back_exactly(operation: str) -> None:
-    svc = service(cluster(claim("c1"), pod("p", "c1")))
-    before = copy.deepcopy(svc.debug_claim("default", "c1"))
-    svc.backend.faults.fail(operation, ApiUnavailable("injected"))  # type: ignore[attr-defined]
-    with pytest.raises(ApiUnavailable):
-        await svc.bind("default", "p", "uid-p", "node-1")
-    after = svc.debug_claim("default", "c1")
-    assert after is not None and before is not None
-    assert after.get("status", {}).get("allocation") is None
-    assert not after.get("status", {}).get("reservedFor")
-    assert DELETE_PROTECTION_FINALIZER not in (after["metadata"].get("finalizers") or [])
-    assert "nodeName" not in (svc.debug_pod("default", "p") or {}).get("spec", {})
-    assert len(svc.ledger) == 0
-    # and the retry succeeds
-    await svc.bind("default", "p", "uid-p", "node-1")
-    assert svc.debug_claim("default", "c1")["status"]["allocation"]  # type: ignore[index]
-
-
-async def test_rollback_of_a_shared_claim_only_removes_our_reservation() -> None:
-    svc = service(cluster(claim("shared"), pod("a", "shared"), pod("b", "shared")))
-    await svc.bind("default", "a", "uid-a", "node-1")
-    svc.backend.faults.fail("bind_pod", ApiUnavailable("injected"))  # type: ignore[attr-defined]
-    with pytest.raises(ApiUnavailable):
-        await svc.bind("default", "b", "uid-b", "node-1")
-    raw = svc.debug_claim("default", "shared")
-    assert raw is not None and raw["status"]["allocation"]
-    assert [r["name"] for r in raw["status"]["reservedFor"]] == ["a"]
 
 
 async def test_concurrent_binds_never_hand_out_a_device_twice() -> None:
@@ -155,7 +126,7 @@ async def test_concurrent_binds_never_hand_out_a_device_twice() -> None:
     assert sum(outcomes) == 50
     devices = []
     for i in range(200):
-        raw = svc.debug_claim("default", f"c{i}")
+        raw = DebugViews(svc).claim("default", f"c{i}")
         allocation = (raw or {}).get("status", {}).get("allocation")
         if allocation:
             devices += [(r["pool"], r["device"]) for r in allocation["devices"]["results"]]
@@ -174,7 +145,7 @@ def test_prioritize_scores_every_node() -> None:
 
 def test_explain_names_the_reason() -> None:
     svc = service(cluster(claim("big", count=3)))
-    report = svc.explain(pod("p", "big"), ["node-1"])
+    report = DebugViews(svc).explain(pod("p", "big"), ["node-1"])
     entry = report["nodes"][0]
     assert entry["outcome"] == "Failed" and entry["reason"] == CANNOT_ALLOCATE
     assert "needs 3" in str(entry)
@@ -195,7 +166,7 @@ async def test_claim_pinned_elsewhere_and_unused_is_deallocated_so_the_pod_can_m
     svc = service(cluster(stuck, pod("p", "stuck")))
     outcome = await svc.filter_and_recover(pod("p", "stuck"), NODES)
     assert outcome.error == "deallocation of ResourceClaim default/stuck completed"
-    assert not svc.debug_claim("default", "stuck")["status"].get("allocation")  # type: ignore[index]
+    assert not DebugViews(svc).claim("default", "stuck")["status"].get("allocation")  # type: ignore[index]
     again = await svc.filter_and_recover(pod("p", "stuck"), NODES)
     assert again.node_names == NODES and not again.error
 
@@ -210,7 +181,7 @@ async def test_claim_pinned_elsewhere_but_in_use_is_left_alone() -> None:
     outcome = await svc.filter_and_recover(pod("p", "busy"), NODES)
     assert outcome.node_names == [] and not outcome.error
     assert outcome.unresolvable == {"node-1": NOT_AVAILABLE, "node-2": NOT_AVAILABLE}
-    assert svc.debug_claim("default", "busy")["status"]["allocation"]  # type: ignore[index]
+    assert DebugViews(svc).claim("default", "busy")["status"]["allocation"]  # type: ignore[index]
 
 
 def test_warm_up_fills_the_caches_a_first_filter_needs() -> None:
@@ -225,7 +196,7 @@ def test_warm_up_fills_the_caches_a_first_filter_needs() -> None:
 async def test_explain_reports_a_claim_pinned_elsewhere() -> None:
     svc = service(cluster(claim("shared"), pod("a", "shared"), pod("b", "shared")))
     await svc.bind("default", "a", "uid-a", "node-2")
-    report = svc.explain(pod("b", "shared"), ["node-1"])
+    report = DebugViews(svc).explain(pod("b", "shared"), ["node-1"])
     entry = report["nodes"][0]
     assert entry["fits"] is False and entry["outcome"] == "FailedAndUnresolvable"
     assert entry["unavailableClaim"] == "default/shared" and NOT_AVAILABLE in entry["message"]
@@ -271,101 +242,8 @@ async def test_a_pod_deleted_mid_bind_leaves_nothing_behind() -> None:
     backend.faults.hook("bind_pod", delete_the_pod)  # type: ignore[attr-defined]
     with pytest.raises(ExtenderError):
         await svc.bind("default", "p", "uid-p", "node-1")
-    raw = svc.debug_claim("default", "c1")
+    raw = DebugViews(svc).claim("default", "c1")
     assert raw is not None and not raw.get("status", {}).get("allocation")
     assert not raw.get("status", {}).get("reservedFor")
     assert DELETE_PROTECTION_FINALIZER not in (raw["metadata"].get("finalizers") or [])
     assert len(svc.ledger) == 0
-
-
-def test_prioritize_and_later_pods_reuse_remembered_verdicts_until_a_node_changes() -> None:
-    # Without holds: a hold is a node change of its own (tests/state/test_holds.py).
-    svc = service(cluster(claim("c1"), claim("c2"), pod("p", "c1"), pod("q", "c2"), nodes=2, gpus=2), hold_seconds=0)
-    calls = []
-    original = svc.cluster.allocator
-
-    def counting(claims: Any, *, refresh: bool = True, budget: Any = None) -> Any:
-        allocator = original(claims, refresh=refresh, budget=budget)
-        real = allocator.answer_many
-
-        def many(names: Any, node: Any) -> Any:
-            calls.append(sorted(names))  # the nodes the allocator was asked about
-            return real(names, node)
-
-        allocator.answer_many = many  # type: ignore[method-assign]
-        return allocator
-
-    svc.cluster.allocator = counting  # type: ignore[method-assign]
-    misses = svc.store.fits.stats
-    fresh = dict(svc.prioritize(pod("p", "c1"), NODES))
-    assert calls == [NODES] and misses.misses == 2
-    assert svc.filter(pod("p", "c1"), NODES).node_names == NODES
-    assert dict(svc.prioritize(pod("p", "c1"), NODES)) == fresh
-    assert dict(svc.prioritize(pod("q", "c2"), NODES)) == fresh  # c2's spec is c1's: the same shape
-    assert calls == [NODES] and misses.misses == 2
-    svc.backend.apply(gpu_slice("node-3", 1))  # type: ignore[attr-defined]
-    svc.filter(pod("p", "c1"), NODES)  # node-3 is not asked about
-    assert calls == [NODES]
-    svc.backend.apply(gpu_slice("node-1", 3))  # type: ignore[attr-defined]
-    svc.filter(pod("p", "c1"), NODES)
-    assert calls == [NODES, ["node-1"]] and misses.misses == 3
-
-
-def test_candidate_lists_are_canonicalised_and_remembered_by_content() -> None:
-    svc = service(cluster(claim("c1"), pod("p", "c1"), nodes=3))
-    names = ["node-1", "node-2", "node-3"]
-    first = svc.verdicts.candidates(["".join(n) for n in names])  # fresh string objects, as from a request
-    assert first.names == names and first.unique == set(names)
-    assert all(a is b.name for a, b in zip(first.names, (svc.store.nodes[n] for n in names), strict=True))
-    assert svc.verdicts.candidates(list(names)) is first  # equal content: the same entry
-    survivors = svc.verdicts.candidates(names[:2])
-    assert survivors is not first and survivors.serial != first.serial
-    # a list whose joined key would be ambiguous is answered but not remembered
-    odd = ["node-1\x00node-2", "node-3"]
-    assert svc.verdicts.candidates(odd).names == odd
-    assert svc.verdicts.candidates(odd) is not svc.verdicts.candidates(odd)
-    assert svc.verdicts.candidates(["node-1", "node-2\x00node-3"]).names == ["node-1", "node-2\x00node-3"]
-    for i in range(10):  # only a few lists are kept
-        svc.verdicts.candidates([*names[: i % 3 + 1], f"extra-{i}"])
-    assert svc.verdicts.candidates(list(names)) is not first
-
-
-def test_filter_answers_failed_nodes_from_remembered_maps_and_keeps_them_current() -> None:
-    objects = cluster(claim("big", count=2), pod("p", "big"), nodes=2, gpus=2)
-    objects.append(node("node-3"))  # no GPU at all: unresolvable
-    svc = service(objects)
-    asked = [*NODES, "node-3"]
-    first = svc.filter(pod("p", "big"), asked)
-    assert first.node_names == NODES and first.failed == {}
-    assert first.unresolvable == {"node-3": NO_CLASS_DEVICES}
-    assert svc.filter(pod("p", "big"), asked) is first  # nothing changed: the same answer
-    svc.backend.apply(gpu_slice("node-1", 1))  # type: ignore[attr-defined]
-    again = svc.filter(pod("p", "big"), asked)
-    assert again.node_names == ["node-2"]
-    assert again.failed == {"node-1": CANNOT_ALLOCATE} and again.unresolvable == {"node-3": NO_CLASS_DEVICES}
-    assert svc.filter(pod("p", "big"), asked) is again
-    svc.backend.apply(gpu_slice("node-1", 2))  # type: ignore[attr-defined]
-    assert svc.filter(pod("p", "big"), asked).failed == {}
-    assert first.unresolvable == {"node-3": NO_CLASS_DEVICES} and first.failed == {}  # answers kept as given
-    # asked about fewer nodes than are remembered: the answer names only those
-    assert svc.filter(pod("p", "big"), ["node-3"]).unresolvable == {"node-3": NO_CLASS_DEVICES}
-    assert svc.filter(pod("p", "big"), ["node-1"]).unresolvable == {}
-
-
-def test_prioritize_refuses_a_fitting_node_listed_twice_every_time() -> None:
-    svc = service(cluster(claim("c1"), pod("p", "c1"), nodes=2))
-    assert dict(svc.prioritize(pod("p", "c1"), NODES)).keys() == set(NODES)
-    for _ in range(2):  # also once the candidate list's scores are remembered
-        with pytest.raises(ValueError, match="node\\(s\\) given twice: node-1"):
-            svc.prioritize(pod("p", "c1"), ["node-1", "node-2", "node-1"])
-    assert svc.prioritize(pod("p", "c1"), NODES) == svc.prioritize(pod("p", "c1"), list(NODES))
-
-
-def test_prioritize_scores_follow_binds_on_a_remembered_candidate_list() -> None:
-    objects = cluster(claim("a"), claim("b"), pod("p", "a"), pod("q", "b"), nodes=2, gpus=2)
-    svc = service(objects, hold_seconds=0)  # equal scores stay equal without holds (test_holds.py)
-    before = dict(svc.prioritize(pod("p", "a"), NODES))
-    assert before["node-1"] == before["node-2"]  # both empty
-    asyncio.run(svc.bind("default", "q", "uid-q", "node-2"))
-    after = dict(svc.prioritize(pod("p", "a"), NODES))
-    assert after["node-2"] > after["node-1"]  # binpack: the half-used node scores higher now

@@ -12,8 +12,8 @@ import pytest
 
 from extender.core.errors import InvalidObject
 from extender.core.model import AllocationResult, DeviceResult, Features, NodeInfo
-from extender.state.ledger import InFlightLedger
-from extender.state.store import ObjectStore
+from extender.state.cache.ledger import InFlightLedger
+from extender.state.cache.store import ObjectStore
 from tests import builders as b
 
 V1 = "resource.k8s.io/v1"
@@ -184,7 +184,7 @@ def test_the_in_use_state_without_some_claims_is_recounted_from_the_other_holder
     the index itself is untouched."""
     from extender.core.model import AllocationResult, DeviceID, DeviceResult, SharedDeviceID
     from extender.core.quantity import Quantity
-    from extender.state.store import AllocationIndex
+    from extender.state.cache.store import AllocationIndex
 
     def share(device: str, share_id: str, memory: str) -> DeviceResult:
         return DeviceResult(

@@ -13,8 +13,9 @@ import pytest
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.errors import InvalidObject
 from extender.core.model import DeviceTaint
+from extender.state.cache.store import ObjectStore
 from extender.state.service import SchedulingService
-from extender.state.store import ObjectStore
+from extender.views.debug import DebugViews
 from tests.manifests import claim, cluster, pod
 
 NODES = ["node-1", "node-2"]
@@ -72,7 +73,7 @@ def test_tainted_devices_are_left_to_requests_that_tolerate_the_taint() -> None:
     backend.apply(rule("node-1-bad", pool="node-1"))
     outcome = svc.filter(pod("p", "c"), NODES)
     assert outcome.node_names == ["node-2"] and set(outcome.failed) == {"node-1"}
-    explanation = str(svc.explain(pod("p", "c"), ["node-1"]))
+    explanation = str(DebugViews(svc).explain(pod("p", "c"), ["node-1"]))
     assert "untolerated taints: 1 (example.com/unhealthy=ecc:NoSchedule)" in explanation
     tolerating = claim("t")
     tolerating["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [

@@ -29,8 +29,8 @@ import structlog
 
 from extender.core.errors import EvictionRefused, InvalidObject, ObjectNotFound, WriteConflict
 from extender.manifests import load_manifests
-from extender.state.claim_writes import DELETE_PROTECTION_FINALIZER
-from extender.state.store import KINDS, ObjectStore
+from extender.state.bind.claim_writes import DELETE_PROTECTION_FINALIZER
+from extender.state.cache.store import KINDS, ObjectStore
 
 from .claims import claim_from_template, find_pod_claim, generate_name, pending_template_claims, random_suffix
 from .classic_driver import CAPACITY_ANNOTATION_PREFIX, ClassicDriver

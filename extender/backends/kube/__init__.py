@@ -9,7 +9,7 @@ ingest without going back in time), ``backend`` (``KubeBackend``), ``leader`` (L
 ``requeue`` (nudging rejected pods).
 """
 
-from extender.state.rejected import RejectedPods
+from extender.state.filter.rejected import RejectedPods
 
 from .backend import KubeBackend, KubeSettings
 from .client import ClientSettings, KubeClient, check_response

@@ -40,8 +40,8 @@ from extender.core.errors import (
     NotLeader,
     ObjectNotFound,
 )
-from extender.state.rejected import RejectedPod, RejectedPods
-from extender.state.store import ObjectStore
+from extender.state.cache.store import ObjectStore
+from extender.state.filter.rejected import RejectedPod, RejectedPods
 
 from .client import MERGE_PATCH, ClientSettings, KubeClient
 from .config import ClusterConfig, load_cluster_config
@@ -513,7 +513,7 @@ class KubeBackend:
     async def list_objects(self, kind: str) -> list[dict[str, Any]] | None:
         """The raw objects of ``kind`` for ``GET debug/objects``: DeviceClasses and ResourceSlices by one
         paged LIST at the served version (the store keeps them decoded only; a debug request is rare
-        enough for a LIST), None for the kinds the store keeps raw (``state/listing.py`` reads those)."""
+        enough for a LIST), None for the kinds the store keeps raw (``views/listing.py`` reads those)."""
         if kind not in self.LISTED_FROM_SERVER:
             return None
         resource = next(r for r in self._resources() if r.kind == kind)

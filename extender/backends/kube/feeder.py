@@ -22,7 +22,7 @@ from typing import Any
 import structlog
 
 from extender.core.errors import InvalidObject
-from extender.state.store import ObjectStore, object_key
+from extender.state.cache.store import ObjectStore, object_key
 
 __all__ = ["StoreFeeder", "resource_version"]
 

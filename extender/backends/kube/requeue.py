@@ -7,7 +7,7 @@ the pending pod itself is such an event (the scheduler registers a wildcard enqu
 extenders), so when devices free up — a claim deallocated or deleted, a slice added or grown — we
 patch an annotation (``dra-extender.io/requeue: <RFC 3339 time>``) on each recently rejected pod.
 
-- ``RejectedPods`` (``state/rejected.py``): the registry the service feeds when a filter rejected
+- ``RejectedPods`` (``state/filter/rejected.py``): the registry the service feeds when a filter rejected
   every node; ``take`` gives the pods rejected since the last pass, those older than
   ``ttl_seconds`` left to the scheduler's own flush.
 - ``TokenBucket``: the rate limit (``rate_per_second``, ``burst``).
@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 
 from extender.core.errors import ExtenderError
-from extender.state.rejected import RejectedPod, RejectedPods
+from extender.state.filter.rejected import RejectedPod, RejectedPods
 
 from .client import MERGE_PATCH, KubeClient
 

@@ -29,10 +29,10 @@ import orjson
 import structlog
 from aiohttp import web
 
-from extender.server.keys import SERVICE
+from extender.server.keys import SERVICE, VIEWS
 from extender.server.middleware import json_body_response, json_error, json_response
 from extender.server.wire import BadRequest
-from extender.state.devicemap import MAX_PAGE, DeviceMap, NodeFilter, UnknownDeviceClass
+from extender.views.devicemap import MAX_PAGE, DeviceMap, NodeFilter, UnknownDeviceClass
 
 __all__ = ["STATIC_DIR", "UI", "UiState", "add_routes"]
 
@@ -98,7 +98,7 @@ def add_routes(app: web.Application, prefix: str) -> None:
 
     app[UI] = UiState(
         lambda: DeviceMap(
-            service.cluster, service.stats, service.views, extra_counters=preemptions, rejected=service.rejected
+            service.cluster, service.stats, app[VIEWS], extra_counters=preemptions, rejected=service.rejected
         )
     )
     router = app.router

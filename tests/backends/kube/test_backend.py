@@ -26,6 +26,7 @@ from extender.backends.kube import (
 from extender.backends.kube.requeue import REQUEUE_ANNOTATION, RequeueSettings
 from extender.core.errors import ApiUnavailable, ExtenderError, Transient, WriteConflict
 from extender.state.service import DELETE_PROTECTION_FINALIZER, SchedulingService
+from extender.views.debug import DebugViews
 from tests import manifests as m
 from tests.fakes import FakeApiServer
 
@@ -147,7 +148,7 @@ async def test_the_cache_never_shows_an_allocation_before_it_is_written(fake: Fa
     raw = backend.store.raw_claims["default/c1"]
     assert raw["metadata"]["finalizers"] == [DELETE_PROTECTION_FINALIZER]
     assert not (raw.get("status") or {}).get("allocation")
-    assert not (service.debug_claim("default", "c1") or {}).get("status", {}).get("allocation")
+    assert not (DebugViews(service).claim("default", "c1") or {}).get("status", {}).get("allocation")
     gate.release()
     await bind
     assert backend.store.raw_claims["default/c1"]["status"]["allocation"]

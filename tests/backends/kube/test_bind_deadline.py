@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from extender.core.errors import DeadlineExceeded
-from extender.state.binding import ledger_ttl, rollback_reserve
+from extender.state.bind.binder import ledger_ttl, rollback_reserve
 from extender.state.service import SchedulingService
 from tests import manifests as m
 from tests.backends.kube.test_backend import assert_consistent, claim_in_fake, node_of, started

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from extender.server.app import create_app
-from extender.state.listing import held_objects
 from extender.state.service import SchedulingService
+from extender.views.listing import held_objects
 from tests import manifests as m
 from tests.backends.kube.test_backend import started
 from tests.fakes import FakeApiServer

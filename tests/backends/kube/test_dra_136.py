@@ -11,7 +11,7 @@ import pytest
 
 from extender.core.errors import ExtenderError
 from extender.core.extended import EXTENDED_CLAIM_ANNOTATION
-from extender.state.binding_conditions import BindingConditionsPending
+from extender.state.bind.conditions import BindingConditionsPending
 from extender.state.service import SchedulingService
 from tests import manifests as m
 from tests.backends.kube.test_backend import assert_consistent, node_of, started, until

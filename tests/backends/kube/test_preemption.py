@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from extender.state.preemption import WAITING_FOR_VICTIMS
+from extender.state.preemption.devices import WAITING_FOR_VICTIMS
 from extender.state.service import SchedulingService
 from tests import manifests as m
 from tests.backends.kube.test_backend import started, until

@@ -21,7 +21,7 @@ from extender.backends.kube.client import KubeClient
 from extender.backends.kube.config import ClusterConfig
 from extender.backends.kube.feeder import StoreFeeder
 from extender.backends.kube.reflector import Reflector, Resource, WatchSettings
-from extender.state.store import ObjectStore
+from extender.state.cache.store import ObjectStore
 
 from .scripted import Close, Fail, Hang, Raw, ScriptedApi, status
 from .test_backend import until

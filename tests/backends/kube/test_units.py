@@ -20,8 +20,8 @@ from extender.backends.kube.leader import LeaseObserver, holder_is
 from extender.backends.kube.reflector import Backoff, Resource, WatchSettings, iter_lines
 from extender.backends.kube.requeue import TokenBucket
 from extender.core.errors import ApiUnavailable, InvalidObject, ObjectNotFound, WriteConflict
-from extender.state.rejected import RejectedPods
-from extender.state.store import ObjectStore
+from extender.state.cache.store import ObjectStore
+from extender.state.filter.rejected import RejectedPods
 
 # --- backoff ----------------------------------------------------------------------------------
 
@@ -358,7 +358,7 @@ async def test_token_bucket_waits_for_tokens_beyond_the_burst() -> None:
     ],
 )
 def test_a_relist_forgets_contexts_and_budgets_that_are_gone(kind: str, api_version: str, table: str) -> None:
-    from extender.state.store import ObjectStore
+    from extender.state.cache.store import ObjectStore
 
     store = ObjectStore()
     feeder = StoreFeeder(store)

@@ -887,7 +887,7 @@ function valueHTML(value, depth = 0) {
 }
 
 function whyHTML(why, entry) {
-  // The shape of state/why.py (docs/kubectl-dra.md): summary, fits, reasons, closest, suggestions,
+  // The shape of views/why.py (docs/kubectl-dra.md): summary, fits, reasons, closest, suggestions,
   // claims, preemption, error; anything else is shown generically under "More".
   const known = new Set(["pod", "uid", "bound", "error", "summary", "nodes", "fits", "reasons", "closest", "suggestions", "claims", "preemption"]);
   let html = `<section class="why" data-why="${esc(why.pod || "")}">`;

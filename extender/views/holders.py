@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from extender.core.model import DeviceID, ResourceClaim
-from extender.state.binding_conditions import waiting_for
-from extender.state.ledger import InFlightLedger
-from extender.state.store import ObjectStore
+from extender.state.bind.conditions import waiting_for
+from extender.state.cache.ledger import InFlightLedger
+from extender.state.cache.store import ObjectStore
 
 __all__ = ["Holder", "claim_holders", "device_holders", "in_flight_holders"]
 

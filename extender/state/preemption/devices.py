@@ -53,18 +53,22 @@ from extender.core.preemption import (
     protected_victims,
     released,
 )
-from extender.state.claims import PodClaims, pod_identity, pod_priority, pod_uid
-from extender.state.cluster import ClusterView
-from extender.state.nominations import HARD_LIFETIME_FACTOR, Nomination, nomination_lifetime
-from extender.state.verdicts import FilterOutcome
+from extender.state.cache.claims import PodClaims
+from extender.state.cache.cluster import ClusterView
+from extender.state.cache.nominations import HARD_LIFETIME_FACTOR, Nomination, nomination_lifetime
+from extender.state.cache.pods import (
+    bound_node,
+    deleting,
+    finished,
+    pod_identity,
+    pod_labels,
+    pod_priority,
+    pod_uid,
+    start_time,
+)
+from extender.state.filter.verdicts import FilterOutcome
 
-__all__ = [
-    "DEFAULT_NOMINATION_SECONDS",
-    "MAX_REFUSALS",
-    "WAITING_FOR_VICTIMS",
-    "DevicePreemption",
-    "PreemptionStats",
-]
+__all__ = ["DEFAULT_NOMINATION_SECONDS", "MAX_REFUSALS", "WAITING_FOR_VICTIMS", "DevicePreemption", "PreemptionStats"]
 
 log = structlog.get_logger()
 
@@ -78,7 +82,6 @@ MAX_NODES = 100
 WAITING_FOR_VICTIMS = "waiting for preempted pods to release devices"
 #: How long one choice may look at more nodes once it has a plan (it runs on the event loop).
 CHOICE_SECONDS = 0.25
-_DONE = ("Succeeded", "Failed")
 
 
 @dataclass(slots=True)
@@ -196,7 +199,7 @@ class DevicePreemption:
                 spec.get("nodeName") in failed
                 and pod_priority(other) < claims.priority
                 and (spec.get("resourceClaims") or ())
-                and (other.get("status") or {}).get("phase") not in _DONE
+                and not finished(other)
             ):
                 return False
         return True
@@ -390,7 +393,7 @@ class DevicePreemption:
         # a budget's refusal, if it comes, comes before anything irreversible
         budgets = list(self.store.budgets.values())
         labels = (
-            {pod_uid(p): (p.get("metadata") or {}).get("labels") or {} for p in self.store.pods.values()}
+            {pod_uid(p): pod_labels(p) for p in self.store.pods.values()}
             if budgets
             else {}
         )
@@ -463,15 +466,13 @@ class _ClusterIndex:
         present: set[str] = set()
         for pod in pods:
             uid = pod_uid(pod)
-            self.labels[uid] = (pod.get("metadata") or {}).get("labels") or {}
-            going = (pod.get("metadata") or {}).get("deletionTimestamp") or (pod.get("status") or {}).get(
-                "phase"
-            ) in _DONE
+            self.labels[uid] = pod_labels(pod)
+            going = deleting(pod) or finished(pod)
             if uid in removed or going:
                 continue
             present.add(uid)
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node and (pod.get("status") or {}).get("phase") not in _DONE:
+            node = bound_node(pod)
+            if node and not finished(pod):
                 self.by_node.setdefault(node, []).append(pod)
         self.claims_of: dict[str, list[str]] = {}
         self.owners: dict[str, str] = {}
@@ -505,7 +506,7 @@ class _ClusterIndex:
                 if any(not r.admin_access for r in store.claims[k].allocation.devices)
             )
             if keys:
-                start = str((pod.get("status") or {}).get("startTime") or "")
+                start = start_time(pod)
                 grace = spec.get("terminationGracePeriodSeconds")
                 grace_seconds = float(grace) if isinstance(grace, int) and not isinstance(grace, bool) else 30.0
                 victims.append(Victim(namespace, name, uid, own_priority, start, keys, grace_seconds))

@@ -23,9 +23,10 @@ from extender.core.errors import InvalidObject
 from extender.core.extended import claim_object
 from extender.core.model import AllocationResult, ResourceClaim
 from extender.state.backend import Backend
-from extender.state.claim_writes import Written, sent
-from extender.state.claims import PodClaims, pod_identity
-from extender.state.ledger import InFlightLedger
+from extender.state.bind.claim_writes import Written, sent
+from extender.state.cache.claims import PodClaims
+from extender.state.cache.ledger import InFlightLedger
+from extender.state.cache.pods import pod_identity
 
 __all__ = ["create_extended_claim", "extended_status", "record_extended_status"]
 

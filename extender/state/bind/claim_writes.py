@@ -38,9 +38,9 @@ from extender.core.errors import (
 )
 from extender.core.model import AllocationResult, ResourceClaim
 from extender.state.backend import Backend
-from extender.state.claims import pod_identity
+from extender.state.cache.pods import pod_identity
+from extender.state.cache.store import ObjectStore
 from extender.state.clock import utc_now_text
-from extender.state.store import ObjectStore
 
 __all__ = [
     "DELETE_PROTECTION_FINALIZER",

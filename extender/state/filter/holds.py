@@ -15,10 +15,10 @@ from collections.abc import Container, Sequence
 from extender.core.allocator import Allocation
 from extender.core.model import AllocationResult, DeviceResult
 from extender.core.scoring import MAX_SCORE
-from extender.state.claims import PodClaims
-from extender.state.cluster import ClusterView
-from extender.state.fits import Verdict
-from extender.state.ledger import InFlightAllocation
+from extender.state.cache.claims import PodClaims
+from extender.state.cache.cluster import ClusterView
+from extender.state.cache.fit_cache import ShapeVerdicts, Verdict
+from extender.state.cache.ledger import InFlightAllocation
 from extender.state.stats import ServiceStats
 
 __all__ = ["DEFAULT_HOLD_SECONDS", "Holds", "one_best"]
@@ -67,6 +67,16 @@ class Holds:
             results = answer.results
         record(self.cluster, claims, node_name, results, tentative=True, ttl_seconds=self.seconds)
         self.stats.count_hold("placed")
+
+    def hold_chosen(self, claims: PodClaims, node_name: str, verdicts: ShapeVerdicts) -> None:
+        """``hold`` on the node an answer all but chose, with the shape's remembered verdict there;
+        no hold where devices are nominated for a preemptor this pod must leave alone (the hold's
+        devices are chosen without the nomination, and could be the nominated ones; the bind,
+        which sees the nomination, picks others)."""
+        nominations = self.cluster.nominations
+        if nominations and nominations.against(claims.pod_uid, claims.priority, node_name):
+            return
+        self.hold(claims, node_name, None if node_name in verdicts.stale else verdicts.by_node.get(node_name))
 
     def release(self, pod_uid: str, *, bound_to: str | None = None) -> None:
         """Drop the pod's holds: at its next filter or prioritize, or when its bind (to

@@ -5,7 +5,7 @@ free what its in-tree filters see (CPU, memory, pods, ports, ...) on each candid
 not know which pods hold which devices (the DynamicResources plugin is off in the extender's
 profile), so its victims may free no device at all. With kube-scheduler 1.36 the verb is called
 only for *mixed* shortages (§2.0: a device-only shortage never produces a candidate; the
-extender's filter handles those itself, ``state/preemption.py``).
+extender's filter handles those itself, ``state/preemption/devices.py``).
 
 For each node of the request, cheapest first (fewest in-tree victims) and within a time budget
 (``BUDGET_SHARE`` of ``timeout_seconds``, default 4 s: the nodes left when it runs out are
@@ -54,10 +54,11 @@ from extender.core.answers import Unresolvable
 from extender.core.errors import AllocationTimedOut, ExtenderError
 from extender.core.model import AllocatedState
 from extender.core.preemption import Victim, by_importance, choose_victims, protected_victims, released
-from extender.state.claims import PodClaims, pod_identity, pod_priority, pod_uid
-from extender.state.cluster import ClusterView
-from extender.state.nominations import PLAN_SECONDS, PendingPlan
-from extender.state.preemption import DevicePreemption, _ClusterIndex
+from extender.state.cache.claims import PodClaims
+from extender.state.cache.cluster import ClusterView
+from extender.state.cache.nominations import PLAN_SECONDS, PendingPlan
+from extender.state.cache.pods import bound_node, deleting, finished, pod_identity, pod_priority, pod_uid, start_time
+from extender.state.preemption.devices import DevicePreemption, _ClusterIndex
 
 __all__ = [
     "BUDGET_SHARE",
@@ -75,7 +76,6 @@ log = structlog.get_logger()
 DEFAULT_PREEMPT_TIMEOUT_SECONDS = 4.0
 #: The share of the budget spent deciding nodes: the rest is for the answer to get back in time.
 BUDGET_SHARE = 0.8
-_DONE = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,7 +341,7 @@ class _NodeSearch:
         if raw is None:
             return None
         namespace, name, _ = pod_identity(raw)
-        return Victim(namespace, name, uid, pod_priority(raw), str((raw.get("status") or {}).get("startTime") or ""))
+        return Victim(namespace, name, uid, pod_priority(raw), start_time(raw))
 
 
 class _Located:
@@ -352,12 +352,11 @@ class _Located:
         self.by_uid: dict[str, tuple[str, Mapping[str, Any]]] = {}
         going: dict[str, set[str]] = {}
         for pod in pods:
-            node = (pod.get("spec") or {}).get("nodeName")
+            node = bound_node(pod)
             if not node:
                 continue
             uid = pod_uid(pod)
             self.by_uid[uid] = (str(node), pod)
-            deleted = (pod.get("metadata") or {}).get("deletionTimestamp")
-            if deleted or (pod.get("status") or {}).get("phase") in _DONE:
+            if deleting(pod) or finished(pod):
                 going.setdefault(str(node), set()).add(uid)
         self.going = {node: frozenset(uids) for node, uids in going.items()}

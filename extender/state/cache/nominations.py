@@ -1,7 +1,7 @@
 """Nominations: devices held for a preemptor while its victims go (spec/preemption.md §2.7).
 
 Kept by the ``ClusterView`` (every pod's filter and bind respect them) and made by
-``state/preemption.py``. A nomination holds the allocation its plan found, on one node, against
+``state/preemption/devices.py``. A nomination holds the allocation its plan found, on one node, against
 every other pod of equal or lower priority — kube-scheduler's rule for nominated pods, which
 extender filters otherwise never see.
 """
@@ -17,7 +17,7 @@ import structlog
 
 from extender.core.model import AllocatedState, AllocationResult
 from extender.core.preemption import Victim
-from extender.state.claims import pod_uid
+from extender.state.cache.pods import bound_node, nominated_node, pod_uid
 
 __all__ = ["HARD_LIFETIME_FACTOR", "PLAN_SECONDS", "Nomination", "Nominations", "PendingPlan", "nomination_lifetime"]
 
@@ -103,7 +103,7 @@ class Nominations:
             if now >= plan.expires or (pod is not None and pod_uid(pod) != plan.pod_uid):
                 del self.pending[key]
                 continue
-            if pod is None or (pod.get("status") or {}).get("nominatedNodeName") != plan.node:
+            if pod is None or nominated_node(pod) != plan.node:
                 continue
             for other in [k for k in self.pending if k[0] == plan.pod_uid]:
                 del self.pending[other]
@@ -141,7 +141,7 @@ class Nominations:
         for uid, nomination in list(self.by_uid.items()):
             pod = pods.get(nomination.pod_key)
             gone = (pod is None and nomination.seen) or (pod is not None and pod_uid(pod) != uid)
-            bound = pod is not None and bool((pod.get("spec") or {}).get("nodeName"))
+            bound = pod is not None and bool(bound_node(pod))
             if gone or bound:
                 del self.by_uid[uid]
                 self.changes += 1

@@ -30,9 +30,9 @@ import structlog
 from extender.core.errors import ExtenderError, Transient
 from extender.core.model import DeviceResult, ResourceClaim
 from extender.state.backend import Backend
-from extender.state.claim_writes import deallocate, delete_claim_with_uid
+from extender.state.bind.claim_writes import deallocate, delete_claim_with_uid
+from extender.state.cache.store import ObjectStore
 from extender.state.clock import epoch_seconds
-from extender.state.store import ObjectStore
 
 log = structlog.get_logger()
 
@@ -148,13 +148,20 @@ def waiting_for(result: DeviceResult, raw_claim: Mapping[str, Any]) -> tuple[str
 
 
 def binding_verdicts(
-    claims: Sequence[ResourceClaim], raw_claims: Mapping[str, Mapping[str, Any]], *, timeout_seconds: float
+    claims: Sequence[ResourceClaim],
+    raw_claims: Mapping[str, Mapping[str, Any]],
+    *,
+    timeout_seconds: float,
+    now: float,
 ) -> list[tuple[ResourceClaim, BindingVerdict]] | None:
-    """Each claim's ``binding_verdict`` (``raw_claims``: the claims as stored, by key), or None when
-    none of them has a device with binding conditions (the common case, answered cheaply)."""
+    """Each claim's ``binding_verdict`` at wall-clock time ``now`` (``raw_claims``: the claims as
+    stored, by key), or None when none of them has a device with binding conditions (the common
+    case, answered cheaply)."""
     if not has_binding_conditions(claims):
         return None
-    return [(c, binding_verdict(c, raw_claims.get(c.key) or {}, timeout_seconds=timeout_seconds)) for c in claims]
+    return [
+        (c, binding_verdict(c, raw_claims.get(c.key) or {}, timeout_seconds=timeout_seconds, now=now)) for c in claims
+    ]
 
 
 def has_binding_conditions(claims: Iterable[ResourceClaim]) -> bool:

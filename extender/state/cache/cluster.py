@@ -15,13 +15,15 @@ from typing import Any
 
 from extender.core.allocator import Allocator
 from extender.core.budget import DEFAULT_FILTER_TIMEOUT_SECONDS, DEFAULT_SLICE_SECONDS, SearchBudget
+from extender.core.cel import CelCompileError
 from extender.core.model import AllocatedState, Features
 from extender.core.pools import PoolNodeSelectionError
 from extender.state import cooperative
 from extender.state.backend import Backend
-from extender.state.claims import PodClaims, pod_identity, pod_uid, resolve_pod_claims
-from extender.state.ledger import InFlightAllocation, InFlightLedger
-from extender.state.nominations import Nominations
+from extender.state.cache.claims import PodClaims, resolve_pod_claims
+from extender.state.cache.ledger import InFlightAllocation, InFlightLedger
+from extender.state.cache.nominations import Nominations
+from extender.state.cache.pods import pod_identity, pod_uid
 
 __all__ = ["ClusterView", "WatchedSearch"]
 
@@ -38,6 +40,7 @@ class ClusterView:
         filter_timeout_seconds: float = DEFAULT_FILTER_TIMEOUT_SECONDS,
         slice_seconds: float = DEFAULT_SLICE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        binding: Container[str] = (),
     ) -> None:
         self.backend = backend
         self.store = backend.store
@@ -57,8 +60,8 @@ class ClusterView:
         #: Told of the entries ``refresh`` let expire (the holds count theirs).
         self.on_expired: Callable[[list[InFlightAllocation]], None] = lambda _entries: None
         #: UIDs of pods whose bind is running: their entries do not expire (``refresh``).
-        self.binding: Container[str] = ()
-        #: Devices held for preemptors (``state/preemption.py``), by every pod's filter and bind.
+        self.binding = binding
+        #: Devices held for preemptors (``state/preemption/devices.py``), by every pod's filter and bind.
         self.nominations = Nominations(clock)
         # In-flight allocations hold their devices like allocated claims do (and so change what
         # fits where): the store counts them in ``in_use_state``.
@@ -145,6 +148,31 @@ class ClusterView:
         return resolve_pod_claims(
             pod, self.store, self.ledger, from_templates=from_templates, classic_dra=self.backend.classic_dra
         )
+
+    def warm_up(self) -> dict[str, int]:
+        """Fill the caches a first filter would fill: every node's pools and every class selector
+        on every slice, so the first pod after (re)start costs what the next ones cost. CEL errors
+        are cached as values and surface when a pod reaches the device, as usual."""
+        store = self.store
+        snapshot = store.snapshot()
+        names = store.known_node_names()
+        for name in names:
+            try:
+                snapshot.node_view(store.node(name), self.features)
+            except ValueError:
+                continue  # a malformed node selector: reported when a pod tries the node
+        evaluations = 0
+        for device_class in store.classes.values():
+            for expression in device_class.selectors:
+                if expression is None:
+                    continue
+                for slice_ in store.slices.values():
+                    try:
+                        store.selectors.results(expression, slice_)
+                    except CelCompileError:
+                        break  # reported when a pod uses the class
+                    evaluations += len(slice_.devices)
+        return {"nodes": len(names), "evaluations": evaluations}
 
 
 class WatchedSearch:

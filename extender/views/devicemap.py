@@ -8,7 +8,7 @@ A device's state comes from who holds it: allocated claims (the store), in-fligh
 tentative holds (the ledger), admin-access claims, and from the device itself (taints, multiple
 allocations). ``device_state`` says which, in this order: ``binding``, ``held`` (an in-flight entry
 of the ledger), ``shared`` (a device that allows several allocations, held by at least one), ``allocated``,
-``nominated`` (held for a preemptor by a nomination, ``state/nominations.py``), ``admin`` (held only by
+``nominated`` (held for a preemptor by a nomination, ``state/cache/nominations.py``), ``admin`` (held only by
 admin-access claims), ``tainted`` (NoSchedule/NoExecute), ``free``.
 
 Cost (docs/performance.md, "Device map"): nothing is rebuilt for the whole cluster per request.
@@ -47,14 +47,15 @@ from extender.core.model import Device, DeviceClass, DeviceID, ResourceSlice
 from extender.core.pools import CounterKey, DeviceEntry, NodeView, Pool, PoolNodeSelectionError, counters_left
 from extender.core.quantity import Quantity
 from extender.state import cooperative
-from extender.state import why as why_module
-from extender.state.claims import pod_claim_refs, pod_priority
+from extender.state.cache.claims import pod_claim_refs
+from extender.state.cache.cluster import ClusterView
+from extender.state.cache.pods import deleting, finished, pod_priority
 from extender.state.clock import epoch_seconds
-from extender.state.cluster import ClusterView
-from extender.state.debug import DebugViews
-from extender.state.holders import Holder, claim_holders, in_flight_holders
-from extender.state.rejected import RejectedPods
+from extender.state.filter.rejected import RejectedPods
 from extender.state.stats import ServiceStats
+from extender.views import why as why_module
+from extender.views.debug import DebugViews
+from extender.views.holders import Holder, claim_holders, in_flight_holders
 
 __all__ = [
     "BLOCKING_TAINT_EFFECTS",
@@ -91,7 +92,6 @@ _UNIQUE_LABELS = frozenset({"kubernetes.io/hostname"})
 MAX_FACET_VALUES = 64
 #: Pending claim changes noted before a read; past this the next read rebuilds the holders.
 _MAX_NOTED = 20_000
-_TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 #: Filtered node lists remembered per revision.
 _FILTER_CACHE_SIZE = 16
 _MISSING: Any = object()
@@ -204,16 +204,12 @@ def is_pending(pod: Mapping[str, Any]) -> bool:
     spec = pod.get("spec") or {}
     if spec.get("nodeName") or not spec.get("resourceClaims"):
         return False
-    meta = pod.get("metadata") or {}
-    if meta.get("deletionTimestamp"):
-        return False
-    return (pod.get("status") or {}).get("phase") not in _TERMINAL_PHASES
+    return not deleting(pod) and not finished(pod)
 
 
 def _uses_claims_on_node(pod: Mapping[str, Any]) -> bool:
     spec = pod.get("spec") or {}
-    phase = (pod.get("status") or {}).get("phase")
-    return bool(spec.get("nodeName") and spec.get("resourceClaims")) and phase not in _TERMINAL_PHASES
+    return bool(spec.get("nodeName") and spec.get("resourceClaims")) and not finished(pod)
 
 
 def _pod_claims(pod: Mapping[str, Any], namespace: str) -> tuple[list[str], list[str]]:
@@ -1124,7 +1120,7 @@ class DeviceMap:
 
     async def pending_explained(self, namespace: str = "") -> dict[str, Any]:
         """``pending``, with the first ``EXPLAINED_PODS`` pods' explanations as far as they are
-        known (``extender.state.why``). An explanation is a filter over every node explained node
+        known (``extender.views.why``). An explanation is a filter over every node explained node
         by node: hundreds of milliseconds at thousands of nodes, too much to pay for every refresh
         of the page. So they are made in the background (``_explain_wanted``), one at a time,
         letting the event loop run, and for at most ``explain_share`` of the time; each one made

@@ -31,7 +31,7 @@ from extender.core.convert import (
 from extender.core.errors import InvalidObject
 from extender.state.backend import Backend
 from extender.state.cooperative import Pacer
-from extender.state.debug import without_v1_form
+from extender.views.debug import without_v1_form
 
 __all__ = ["LISTED_KINDS", "held_objects"]
 

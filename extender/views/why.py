@@ -1,7 +1,8 @@
 """Why a pod does not fit: explain's per-node answer condensed into what a person asks first.
 
-``why(views, pod, node_names)`` runs ``DebugViews.explain`` (the filter without holds, explained
-per node, claim and request, with the preemption section for a pod no node fits) and derives:
+``why(views, pod, node_names)`` reads ``explain_pod``'s typed explanation (the filter's own
+``Attempt``, explained per node, claim and request, with who would have to go for a pod no node
+fits) and derives:
 
 - ``summary``: one line in kube-scheduler's words, ``0/4 nodes are available: 3 cannot allocate
   all claims, 1 no devices of the requested device classes on the node.``;
@@ -24,6 +25,7 @@ Read-only, synchronous, no HTTP: the server (``debug/why``) and ``kubectl dra`` 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from extender.core.cel import CelCompileError
@@ -37,12 +39,24 @@ from extender.core.explain import (
     VERDICT_NO_CLASS_MATCH,
     VERDICT_NO_SELECTOR_MATCH,
     VERDICT_TOO_FEW,
+    ClaimExplanation,
+    RequestExplanation,
 )
 from extender.core.model import DeviceID, ExactRequest, NodeInfo, NodeSelector, ResourceClaim
 from extender.core.nodeselector import node_matches
-from extender.state.claims import pod_identity
-from extender.state.debug import DebugViews
-from extender.state.holders import device_holders
+from extender.core.preemption import Victim
+from extender.state.cache.pods import pod_identity
+from extender.views.debug import DebugViews
+from extender.views.explanation import (
+    FAILED,
+    FITS,
+    UNRESOLVABLE,
+    ExplainedNode,
+    NodePreemption,
+    PreemptionExplanation,
+    explain_pod,
+)
+from extender.views.holders import device_holders
 
 __all__ = [
     "CLOSEST_SHOWN",
@@ -61,10 +75,6 @@ CLOSEST_SHOWN = 3
 #: kube-scheduler's NodeAffinity text, for nodes the pod's own node selector rules out.
 NODE_SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
 
-_FAILED = "Failed"
-_UNRESOLVABLE = "FailedAndUnresolvable"
-_FITS = "Fits"
-_ERROR = "Error"
 
 
 def why(views: DebugViews, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:
@@ -89,41 +99,38 @@ def why(views: DebugViews, pod: Mapping[str, Any], node_names: Sequence[str]) ->
         out["claims"] = _bound_claims(views, pod)
         out["summary"] = f"the pod is bound to node {bound}"
         return out
-    explained = views.explain(pod, node_names)
-    out["claims"] = list(explained.get("claims") or [])
-    error = str(explained.get("error") or "")
-    out["error"] = error
+    explained = explain_pod(views.service, pod, node_names)
+    out["claims"] = list(explained.claims or ())
+    out["error"] = explained.error
     claims = [views.store.claims[key] for key in out["claims"] if key in views.store.claims]
     suggestions: list[dict[str, Any]] = []
-    if error:
-        out["summary"] = f"0/{len(node_names)} nodes are available: {error}"
-        suggestions += _error_suggestions(views, claims, error)
+    if explained.error:
+        out["summary"] = f"0/{len(node_names)} nodes are available: {explained.error}"
+        suggestions += _error_suggestions(views, claims, explained.error)
         out["suggestions"] = suggestions
         return out
 
-    nodes: list[dict[str, Any]] = list(explained.get("nodes") or [])
     selector = _pod_node_selector(spec)
+    nodes: list[ExplainedNode] = []
     excluded_but_fit: list[str] = []
-    for node in nodes:
-        if selector is not None and not _selected(selector, views.store.node(node["node"])):
-            if node.get("outcome") == _FITS:
-                excluded_but_fit.append(node["node"])
-            node["outcome"] = _UNRESOLVABLE
-            node["reason"] = NODE_SELECTOR_MISMATCH
-            node["excludedByPod"] = True
+    for node in explained.nodes:
+        if selector is not None and not _selected(selector, views.store.node(node.node)):
+            if node.outcome == FITS:
+                excluded_but_fit.append(node.node)
+            node = replace(node, outcome=UNRESOLVABLE, reason=NODE_SELECTOR_MISMATCH, excluded_by_pod=True)
+        nodes.append(node)
 
-    fitting = [n["node"] for n in nodes if n.get("outcome") == _FITS]
+    fitting = [n.node for n in nodes if n.outcome == FITS]
     out["fits"] = {"count": len(fitting), "nodes": fitting[:FITS_SHOWN]}
     out["reasons"] = _reasons(nodes)
     ranked = _ranked(nodes)
     if not fitting:
         out["closest"] = [_closest_entry(node, measure) for node, measure in ranked[:CLOSEST_SHOWN]]
-    preemption = explained.get("preemption")
-    if isinstance(preemption, dict):
-        excluded = {n["node"] for n in nodes if n.get("excludedByPod")}
-        by_node = preemption.get("nodes") or {}
-        preemption = {**preemption, "nodes": {k: v for k, v in by_node.items() if k not in excluded}}
-        out["preemption"] = _preemption_summary(preemption)
+    preemption: dict[str, NodePreemption] | None = None
+    if explained.preemption is not None:
+        excluded = {n.node for n in nodes if n.excluded_by_pod}
+        preemption = {k: v for k, v in explained.preemption.nodes.items() if k not in excluded}
+        out["preemption"] = _preemption_summary(explained.preemption, preemption)
     out["summary"] = _summary(len(fitting), len(node_names), out["reasons"], out.get("preemption"))
 
     if excluded_but_fit:
@@ -138,11 +145,11 @@ def why(views: DebugViews, pod: Mapping[str, Any], node_names: Sequence[str]) ->
             }
         )
     if not fitting:
-        candidates = [(n, m) for n, m in ranked if not n.get("excludedByPod")]
+        candidates = [(n, m) for n, m in ranked if not n.excluded_by_pod]
         suggestions += _cluster_wide(nodes, claims)
         suggestions += _node_suggestions(views, claims, candidates[:CLOSEST_SHOWN])
-        if isinstance(preemption, dict):
-            suggestions += _preemption_suggestions(preemption)
+        if explained.preemption is not None and preemption is not None:
+            suggestions += _preemption_suggestions(explained.preemption.enabled, preemption)
     out["suggestions"] = _deduplicated(suggestions)
     return out
 
@@ -150,98 +157,86 @@ def why(views: DebugViews, pod: Mapping[str, Any], node_names: Sequence[str]) ->
 # --- the measure ------------------------------------------------------------------------------
 
 
-def _leaf_requests(claim: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _leaf_requests(claim: ClaimExplanation) -> list[RequestExplanation]:
     """One entry per request; for a firstAvailable request the alternative that came closest."""
-    leaves: list[dict[str, Any]] = []
-    for request in claim.get("requests") or ():
-        subs = request.get("subrequests")
-        if subs:
-            leaves.append(min(subs, key=_short))
-        else:
-            leaves.append(request)
-    return leaves
+    return [min(request.subrequests, key=_short) if request.subrequests else request for request in claim.requests]
 
 
-def _short(request: Mapping[str, Any]) -> int:
+def _short(request: RequestExplanation) -> int:
     """Devices a request lacks on the node (1 for a request that fails for another reason)."""
-    if request.get("verdict") == VERDICT_FITS:
+    if request.verdict == VERDICT_FITS:
         return 0
-    wanted = int(request.get("wanted") or 0)
-    usable = int(request.get("usable") or 0)
-    return max(wanted - usable, 1)
+    return max(request.wanted - request.usable, 1)
 
 
-def _missing(request: Mapping[str, Any]) -> int:
+def _missing(request: RequestExplanation) -> int:
     """Devices a request lacks that freeing others would not give it: matching devices the node
     does not have at all (``wanted`` beyond ``selectorMatches``)."""
-    if request.get("verdict") == VERDICT_FITS:
+    if request.verdict == VERDICT_FITS:
         return 0
-    if request.get("verdict") == VERDICT_ERROR:
+    if request.verdict == VERDICT_ERROR:
         return 1
-    return max(int(request.get("wanted") or 0) - int(request.get("selectorMatches") or 0), 0)
+    return max(request.wanted - request.selector_matches, 0)
 
 
-def _measure(node: Mapping[str, Any]) -> dict[str, int]:
+def _measure(node: ExplainedNode) -> dict[str, int]:
     """How near the node came: requests satisfied of all, devices short (``wanted - usable``
     summed), of which missing outright, and matching devices present."""
-    requests = [leaf for claim in node.get("claims") or () for leaf in _leaf_requests(claim)]
-    satisfied = sum(1 for r in requests if r.get("verdict") == VERDICT_FITS)
+    requests = [leaf for claim in node.claims for leaf in _leaf_requests(claim)]
+    satisfied = sum(1 for r in requests if r.verdict == VERDICT_FITS)
     return {
         "requests": len(requests),
         "satisfied": satisfied,
         "devicesShort": sum(_short(r) for r in requests),
         "devicesMissing": sum(_missing(r) for r in requests),
-        "matching": sum(int(r.get("selectorMatches") or 0) for r in requests),
+        "matching": sum(r.selector_matches for r in requests),
     }
 
 
-def _ranked(nodes: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, int]]]:
+def _ranked(nodes: Iterable[ExplainedNode]) -> list[tuple[ExplainedNode, dict[str, int]]]:
     """Failing nodes, closest first: those the pod may use before those its node selector rules
     out, resolvable before unresolvable, then fewest devices missing outright (freeing devices is
     a smaller change than adding some), fewest short, fewest requests unsatisfied, most matching
     devices present, name."""
-    failing = [(n, _measure(n)) for n in nodes if n.get("outcome") in (_FAILED, _UNRESOLVABLE)]
+    failing = [(n, _measure(n)) for n in nodes if n.outcome in (FAILED, UNRESOLVABLE)]
     failing.sort(
         key=lambda item: (
-            bool(item[0].get("excludedByPod")),
-            item[0].get("outcome") != _FAILED,
+            item[0].excluded_by_pod,
+            item[0].outcome != FAILED,
             item[1]["devicesMissing"],
             item[1]["devicesShort"],
             item[1]["requests"] - item[1]["satisfied"],
             -item[1]["matching"],
-            item[0]["node"],
+            item[0].node,
         )
     )
     return failing
 
 
-def _closest_entry(node: Mapping[str, Any], measure: Mapping[str, int]) -> dict[str, Any]:
+def _closest_entry(node: ExplainedNode, measure: Mapping[str, int]) -> dict[str, Any]:
     entry: dict[str, Any] = {
-        "node": node["node"],
-        "outcome": node.get("outcome"),
-        "message": node.get("reason") or node.get("message") or "",
-        "detail": node.get("detail") or node.get("message") or "",
+        "node": node.node,
+        "outcome": node.outcome,
+        "message": node.reason or node.message,
+        "detail": node.detail or node.message,
         **measure,
     }
-    if node.get("excludedByPod"):
-        entry["detail"] = f"{NODE_SELECTOR_MISMATCH}; devices: {node.get('detail') or node.get('message') or ''}"
-    preemption = node.get("preemption")
-    if isinstance(preemption, dict):
-        entry["preemption"] = preemption.get("message", "")
+    if node.excluded_by_pod:
+        entry["detail"] = f"{NODE_SELECTOR_MISMATCH}; devices: {node.detail or node.message}"
+    if node.preemption is not None:
+        entry["preemption"] = node.preemption.message
     return entry
 
 
 # --- reasons and summary ----------------------------------------------------------------------
 
 
-def _reasons(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _reasons(nodes: Iterable[ExplainedNode]) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str], list[str]] = {}
     for node in nodes:
-        outcome = str(node.get("outcome") or "")
-        if outcome == _FITS:
+        if node.outcome == FITS:
             continue
-        reason = str(node.get("reason") or node.get("message") or "")
-        groups.setdefault((outcome, reason), []).append(str(node["node"]))
+        groups.setdefault((node.outcome, node.reason or node.message), []).append(node.node)
     reasons: list[dict[str, Any]] = [
         {"reason": reason, "outcome": outcome, "count": len(names), "nodes": sorted(names)[:EXAMPLES_PER_REASON]}
         for (outcome, reason), names in groups.items()
@@ -250,30 +245,35 @@ def _reasons(nodes: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return reasons
 
 
-def _summary(fit: int, total: int, reasons: Sequence[Mapping[str, Any]], preemption: Any) -> str:
+def _summary(fit: int, total: int, reasons: Sequence[Mapping[str, Any]], preemption: Mapping[str, Any] | None) -> str:
     text = f"{fit}/{total} nodes are available"
     if reasons:
         text += ": " + ", ".join(f"{r['count']} {r['reason']}" for r in reasons)
     text += "."
-    if isinstance(preemption, dict) and preemption.get("nodes") is not None:
-        helped = preemption.get("helps", 0)
-        tried = preemption.get("tried", 0)
-        text += f" preemption: {helped}/{tried} nodes would fit after evicting lower-priority pods."
+    if preemption is not None:
+        text += (
+            f" preemption: {preemption['helps']}/{preemption['tried']} nodes would fit after evicting "
+            "lower-priority pods."
+        )
     return text
 
 
-def _preemption_summary(preemption: Mapping[str, Any]) -> dict[str, Any]:
-    by_node: Mapping[str, Any] = preemption.get("nodes") or {}
-    helps = sorted(
-        (node for node, entry in by_node.items() if entry.get("victims")),
-        key=lambda node: (len(by_node[node]["victims"]), node),
+def _helping(by_node: Mapping[str, NodePreemption]) -> list[tuple[str, tuple[Victim, ...]]]:
+    """The nodes where evicting someone makes room, fewest victims first."""
+    return sorted(
+        ((node, entry.victims) for node, entry in by_node.items() if entry.victims),
+        key=lambda item: (len(item[1]), item[0]),
     )
+
+
+def _preemption_summary(preemption: PreemptionExplanation, by_node: Mapping[str, NodePreemption]) -> dict[str, Any]:
+    helps = _helping(by_node)
     return {
-        "enabled": bool(preemption.get("enabled")),
-        "priority": preemption.get("priority", 0),
+        "enabled": preemption.enabled,
+        "priority": preemption.priority,
         "tried": len(by_node),
         "helps": len(helps),
-        "nodes": {node: by_node[node] for node in helps[:CLOSEST_SHOWN]},
+        "nodes": {node: by_node[node].to_dict() for node, _ in helps[:CLOSEST_SHOWN]},
     }
 
 
@@ -305,26 +305,25 @@ def _error_suggestions(views: DebugViews, claims: Sequence[ResourceClaim], error
     return [{"kind": "wait", "message": f"nothing can be decided yet ({error}); ask again shortly"}]
 
 
-def _cluster_wide(nodes: Sequence[Mapping[str, Any]], claims: Sequence[ResourceClaim]) -> list[dict[str, Any]]:
+def _cluster_wide(nodes: Sequence[ExplainedNode], claims: Sequence[ResourceClaim]) -> list[dict[str, Any]]:
     """What no node offers: a request whose device class or selectors match nothing anywhere, or
     that wants more matching devices than any one node has."""
-    considered = [n for n in nodes if n.get("outcome") in (_FAILED, _UNRESOLVABLE) and n.get("claims")]
-    if not considered or len(considered) < len([n for n in nodes if n.get("outcome") != _FITS]):
+    considered = [n for n in nodes if n.outcome in (FAILED, UNRESOLVABLE) and n.claims]
+    if not considered or len(considered) < len([n for n in nodes if n.outcome != FITS]):
         return []  # some failing node was not counted (claim allocated elsewhere, classic): no global claim
     best: dict[tuple[str, str], dict[str, Any]] = {}
     for node in considered:
-        for claim in node.get("claims") or ():
+        for claim in node.claims:
             for leaf in _leaf_requests(claim):
-                key = (str(claim.get("claim")), str(leaf.get("request")))
                 seen = best.setdefault(
-                    key,
-                    {"class": 0, "selector": 0, "node": "", "wanted": 0, "deviceClass": leaf.get("deviceClass", "")},
+                    (claim.claim, leaf.request),
+                    {"class": 0, "selector": 0, "node": "", "wanted": 0, "deviceClass": leaf.device_class},
                 )
-                seen["wanted"] = max(seen["wanted"], int(leaf.get("wanted") or 0))
-                seen["class"] = max(seen["class"], int(leaf.get("classMatches") or 0))
-                if int(leaf.get("selectorMatches") or 0) > seen["selector"]:
-                    seen["selector"] = int(leaf.get("selectorMatches") or 0)
-                    seen["node"] = node["node"]
+                seen["wanted"] = max(seen["wanted"], leaf.wanted)
+                seen["class"] = max(seen["class"], leaf.class_matches)
+                if leaf.selector_matches > seen["selector"]:
+                    seen["selector"] = leaf.selector_matches
+                    seen["node"] = node.node
     out: list[dict[str, Any]] = []
     for (claim_key, request), seen in best.items():
         where = f"request {request} of claim {claim_key}"
@@ -369,50 +368,47 @@ def _cluster_wide(nodes: Sequence[Mapping[str, Any]], claims: Sequence[ResourceC
 
 
 def _node_suggestions(
-    views: DebugViews, claims: Sequence[ResourceClaim], ranked: Sequence[tuple[dict[str, Any], dict[str, int]]]
+    views: DebugViews, claims: Sequence[ResourceClaim], ranked: Sequence[tuple[ExplainedNode, dict[str, int]]]
 ) -> list[dict[str, Any]]:
     by_key = {claim.key: claim for claim in claims}
     holders = _holders(views)
     out: list[dict[str, Any]] = []
     for node, _ in ranked:
-        name = str(node["node"])
-        for pool in node.get("pools") or ():
-            if pool.get("status") in ("incomplete", "invalid"):
+        name = node.node
+        for pool in node.pools:
+            if pool.status in ("incomplete", "invalid"):
                 out.append(
                     {
-                        "kind": f"pool-{pool['status']}",
-                        "message": f"pool {pool['driver']}/{pool['pool']} on {name} is {pool['status']}"
-                        + (f": {pool['reason']}" if pool.get("reason") else ""),
+                        "kind": f"pool-{pool.status}",
+                        "message": f"pool {pool.driver}/{pool.pool} on {name} is {pool.status}"
+                        + (f": {pool.reason}" if pool.reason else ""),
                         "node": name,
                     }
                 )
-        if node.get("unavailableClaim"):
+        if node.unavailable_claim:
             out.append(
                 {
                     "kind": "claim-allocated-elsewhere",
-                    "message": node.get("message") or "",
+                    "message": node.message,
                     "node": name,
-                    "claim": node["unavailableClaim"],
+                    "claim": node.unavailable_claim,
                 }
             )
-        for claim in node.get("claims") or ():
-            claim_key = str(claim.get("claim"))
-            model = by_key.get(claim_key)
+        for claim in node.claims:
+            model = by_key.get(claim.claim)
             for leaf in _leaf_requests(claim):
-                out += _request_suggestions(views, holders, name, model, claim_key, leaf)
-            blocking = [c for c in claim.get("constraints") or () if c.get("blocking")]
-            if blocking:
+                out += _request_suggestions(views, holders, name, model, claim.claim, leaf)
+            if any(c.blocking for c in claim.constraints):
                 out.append(
                     {
                         "kind": "constraint",
-                        "message": f"on {name}, claim {claim_key}: {claim.get('message') or 'a constraint blocks'}",
+                        "message": f"on {name}, claim {claim.claim}: {claim.message or 'a constraint blocks'}",
                         "node": name,
-                        "claim": claim_key,
+                        "claim": claim.claim,
                     }
                 )
-        detail = str(node.get("detail") or "")
-        if "not all together" in detail:
-            out.append({"kind": "combination", "message": f"on {name}: {detail}", "node": name})
+        if "not all together" in node.detail:
+            out.append({"kind": "combination", "message": f"on {name}: {node.detail}", "node": name})
     return out
 
 
@@ -422,10 +418,10 @@ def _request_suggestions(
     node: str,
     claim: ResourceClaim | None,
     claim_key: str,
-    leaf: Mapping[str, Any],
+    leaf: RequestExplanation,
 ) -> list[dict[str, Any]]:
-    verdict = leaf.get("verdict")
-    request = str(leaf.get("request"))
+    verdict = leaf.verdict
+    request = leaf.request
     where = f"request {request} of claim {claim_key}"
     out: list[dict[str, Any]] = []
     short = _short(leaf)
@@ -454,12 +450,12 @@ def _request_suggestions(
             }
         )
     elif verdict == VERDICT_BLOCKED:
-        if int(leaf.get("blockedByTaint") or 0):
+        if leaf.blocked_by_taint:
             out.append(
                 {
                     "kind": "tolerate-taint",
                     "message": (
-                        f"on {node}, {leaf['blockedByTaint']} matching device(s) are tainted: add a toleration "
+                        f"on {node}, {leaf.blocked_by_taint} matching device(s) are tainted: add a toleration "
                         f"to {where}, or remove the device taint"
                     ),
                     "node": node,
@@ -467,12 +463,12 @@ def _request_suggestions(
                     "request": request,
                 }
             )
-        if int(leaf.get("blockedByCounters") or 0):
+        if leaf.blocked_by_counters:
             out.append(
                 {
                     "kind": "shared-counters",
                     "message": (
-                        f"on {node}, {leaf['blockedByCounters']} matching device(s) draw on shared counters other "
+                        f"on {node}, {leaf.blocked_by_counters} matching device(s) draw on shared counters other "
                         f"allocations used up (partitions of the same device): free those for {where}"
                     ),
                     "node": node,
@@ -480,12 +476,12 @@ def _request_suggestions(
                     "request": request,
                 }
             )
-        if int(leaf.get("blockedByCapacity") or 0):
+        if leaf.blocked_by_capacity:
             out.append(
                 {
                     "kind": "capacity",
                     "message": (
-                        f"on {node}, {leaf['blockedByCapacity']} matching device(s) lack the capacity {where} asks for"
+                        f"on {node}, {leaf.blocked_by_capacity} matching device(s) lack the capacity {where} asks for"
                     ),
                     "node": node,
                     "claim": claim_key,
@@ -497,29 +493,25 @@ def _request_suggestions(
             {
                 "kind": "too-few-devices",
                 "message": (
-                    f"on {node}, {where} wants {leaf.get('wanted')} matching devices and the node has "
-                    f"{leaf.get('selectorMatches')}: ask for fewer, or add devices"
+                    f"on {node}, {where} wants {leaf.wanted} matching devices and the node has "
+                    f"{leaf.selector_matches}: ask for fewer, or add devices"
                 ),
                 "node": node,
                 "claim": claim_key,
                 "request": request,
             }
         )
-    elif verdict == VERDICT_ERROR and leaf.get("error"):
-        out.append({"kind": "fix-selector", "message": f"{where}: {leaf['error']}", "claim": claim_key})
+    elif verdict == VERDICT_ERROR and leaf.error:
+        out.append({"kind": "fix-selector", "message": f"{where}: {leaf.error}", "claim": claim_key})
     elif verdict in (VERDICT_NO_CLASS_MATCH, VERDICT_NO_SELECTOR_MATCH):
         pass  # said once for the cluster (``_cluster_wide``) when no node has them
     return out
 
 
-def _preemption_suggestions(preemption: Mapping[str, Any]) -> list[dict[str, Any]]:
-    by_node: Mapping[str, Any] = preemption.get("nodes") or {}
-    options = sorted(
-        ((node, entry) for node, entry in by_node.items() if entry.get("victims")),
-        key=lambda item: (len(item[1]["victims"]), item[0]),
-    )
+def _preemption_suggestions(enabled: bool, by_node: Mapping[str, NodePreemption]) -> list[dict[str, Any]]:
+    options = _helping(by_node)
     if not options:
-        if by_node and all(entry.get("victims") is None for entry in by_node.values()):
+        if by_node and all(entry.victims is None for entry in by_node.values()):
             return [
                 {
                     "kind": "preemption",
@@ -529,16 +521,22 @@ def _preemption_suggestions(preemption: Mapping[str, Any]) -> list[dict[str, Any
                 }
             ]
         return []
-    node, entry = options[0]
-    victims = entry["victims"]
-    names = ", ".join(f"{v['pod']} (priority {v['priority']})" for v in victims)
-    enabled = bool(preemption.get("enabled"))
+    node, victims = options[0]
+    names = ", ".join(f"{v.key} (priority {v.priority})" for v in victims)
     message = f"preempting on {node} would make room: evict {names}"
     if not enabled:
         message += " (device-aware preemption is off in this extender)"
     elif len(options) > 1:
         message += f"; {len(options) - 1} other node(s) would also do"
-    return [{"kind": "preemption", "message": message, "node": node, "victims": victims, "enabled": enabled}]
+    return [
+        {
+            "kind": "preemption",
+            "message": message,
+            "node": node,
+            "victims": by_node[node].victims_dicts(),
+            "enabled": enabled,
+        }
+    ]
 
 
 def _deduplicated(suggestions: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,7 +48,8 @@ from extender.core.errors import (
 from extender.core.extended import CANNOT_FIT_RESOURCE
 from extender.core.model import AllocationResult, ResourceClaim
 from extender.state import cooperative
-from extender.state.binding_conditions import (
+from extender.state.bind.claim_writes import Written, roll_back, write_allocation, write_reservation
+from extender.state.bind.conditions import (
     DEFAULT_BINDING_TIMEOUT_SECONDS,
     DEFAULT_BINDING_WAIT_SECONDS,
     PENDING_REASON,
@@ -57,12 +59,13 @@ from extender.state.binding_conditions import (
     pending_message,
     release_unbindable,
 )
-from extender.state.claim_writes import Written, roll_back, write_allocation, write_reservation
-from extender.state.claims import PodClaims, pod_identity, pod_uid, reserved_for
+from extender.state.bind.extended_writes import create_extended_claim, record_extended_status
+from extender.state.cache.claims import PodClaims, reserved_for
+from extender.state.cache.cluster import ClusterView
+from extender.state.cache.pods import bound_node, nominated_node, pod_identity, pod_uid
 from extender.state.classic import ClassicNegotiator
-from extender.state.cluster import ClusterView
-from extender.state.extended_writes import create_extended_claim, record_extended_status
-from extender.state.holds import Holds, record
+from extender.state.clock import timeout_until
+from extender.state.filter.holds import Holds, record
 from extender.state.stats import ServiceStats
 
 __all__ = [
@@ -128,10 +131,15 @@ class Binder:
         deadline_seconds: float = DEFAULT_BIND_DEADLINE_SECONDS,
         binding: set[str],
         classic: ClassicNegotiator | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if deadline_seconds <= 0:
             raise ValueError("the bind deadline must be positive")
         self.cluster = cluster
+        #: Monotonic seconds for the bind's deadline and its waits (the service's clock).
+        self.clock = cluster.clock
+        #: What ``allocationTimestamp`` is compared with (the binding timeout).
+        self.wall_clock = wall_clock
         self.backend = cluster.backend
         self.store = cluster.store
         self.ledger = cluster.ledger
@@ -160,8 +168,7 @@ class Binder:
         # Before anything is decided or written: a replica that may not write refuses here, so a
         # standby sends no request that changes the cluster (``Backend.ensure_leader``).
         await self.backend.ensure_leader()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.deadline_seconds
+        deadline = self.clock() + self.deadline_seconds
         writes_by = deadline - rollback_reserve(self.deadline_seconds)
         pod: Mapping[str, Any] | None = self.store.pods.get(f"{namespace}/{name}")
         if pod is None or (uid and pod_uid(pod) != uid):
@@ -208,14 +215,14 @@ class Binder:
             return
         try:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout_at(deadline):
+                async with timeout_until(self.clock, deadline):
                     await self.classic.quiesce(pod, deadline)
                     await self.classic.delete_context(pod)
         finally:
             self.classic.resume(pod)
 
     async def _read_pod(self, namespace: str, name: str, writes_by: float) -> Mapping[str, Any]:
-        timeout = asyncio.timeout_at(writes_by)
+        timeout = timeout_until(self.clock, writes_by)
         try:
             async with timeout:
                 pod = await self.backend.get_pod(namespace, name)
@@ -235,7 +242,7 @@ class Binder:
         """Allocate for the chosen node and record it in the ledger, without awaiting anything.
         None when the pod is already bound there with its claims reserved (a repeated bind)."""
         namespace, name, uid = pod_identity(pod)
-        bound_to = (pod.get("spec") or {}).get("nodeName")
+        bound_to = bound_node(pod)
         if bound_to:
             claims = self.cluster.claims(pod, from_templates=False)
             claims = claims.on_node(self.store.node(bound_to)) or claims  # device-plugin resources: none
@@ -295,8 +302,7 @@ class Binder:
         resourceclaim controller has created the pod's template claims and the store shows them,
         then decide again for the real claims (``_decide_again``)."""
         pod_key = decision.claims.pod_key
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        started = self.clock()
         deadline = min(started + self.claim_wait_seconds, writes_by)
         event = asyncio.Event()
         self._claim_waiters.setdefault(pod_key, []).append(event)
@@ -309,7 +315,7 @@ class Binder:
                 claims = self.cluster.claims(pod)  # narrowed to the node by ``_decide_again``
                 if not claims.provisional:
                     break
-                remaining = deadline - loop.time()
+                remaining = deadline - self.clock()
                 if remaining <= 0:
                     raise ClaimNotCreated(f'pod "{pod_key}": ResourceClaim not created yet')
                 event.clear()
@@ -322,7 +328,7 @@ class Binder:
             if not waiters:
                 self._claim_waiters.pop(pod_key, None)
         self.stats.claim_waits += 1
-        self.stats.claim_wait_seconds += loop.time() - started
+        self.stats.claim_wait_seconds += self.clock() - started
         return await cooperative.run(self._decide_again, decision, pod, claims)
 
     async def _with_classic_allocated(self, decision: _Decision, writes_by: float) -> _Decision:
@@ -331,8 +337,7 @@ class Binder:
         the ledger meanwhile; then decide again over the claims as allocated, which checks that
         the drivers' allocations can be used on the node. The wait leaves a quarter of what
         remains (at most 2 s) for the writes."""
-        loop = asyncio.get_running_loop()
-        until = writes_by - min(2.0, max(0.0, writes_by - loop.time()) / 4)
+        until = writes_by - min(2.0, max(0.0, writes_by - self.clock()) / 4)
         claims = await self.classic.allocate_for(decision.pod, decision.claims, decision.node, until)
         return await cooperative.run(self._decide_again, decision, self._current(decision.pod), claims)
 
@@ -375,7 +380,7 @@ class Binder:
         written: list[Written] = []
         keep_writes = False
         step = "claim writes"
-        timeout = asyncio.timeout_at(writes_by)
+        timeout = timeout_until(self.clock, writes_by)
         try:
             try:
                 async with timeout:
@@ -408,7 +413,7 @@ class Binder:
                 if step == "the binding":
                     # Sent or not, made or not: unknown. Made after all? Then this bind succeeded.
                     with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout_at(deadline):
+                        async with timeout_until(self.clock, deadline):
                             if await self._bound_already(namespace, name, uid, decision.node):
                                 return
                     keep_writes = True
@@ -446,11 +451,13 @@ class Binder:
             if claim is None or claim.allocation is None:
                 raise Transient(f"claim {key} got deallocated in the meantime", claim=key)
             claims.append(claim)
-        return binding_verdicts(claims, self.store.raw_claims, timeout_seconds=self.binding_timeout_seconds)
+        return binding_verdicts(
+            claims, self.store.raw_claims, timeout_seconds=self.binding_timeout_seconds, now=self.wall_clock()
+        )
 
     async def _await_binding_conditions(self, decision: _Decision, keys: list[str], writes_by: float) -> None:
         """After the claim writes: the pod is bound only once every binding condition of its
-        devices is met (``binding_conditions.py``). Pending: the pod's ``nominatedNodeName`` and a
+        devices is met (``conditions.py``). Pending: the pod's ``nominatedNodeName`` and a
         ``BindingConditionsPending`` Event, as in-tree, then a wait for the driver's report (woken
         by every change of a claim in the pod's namespace) of at most ``binding_wait_seconds``,
         ended a second before ``writes_by``; still pending then, ``BindingConditionsPending`` is
@@ -459,8 +466,7 @@ class Binder:
         if self._binding_verdicts(keys) is None:
             return
         uid = pod_uid(decision.pod)
-        loop = asyncio.get_running_loop()
-        until = min(loop.time() + self.binding_wait_seconds, writes_by - 1.0)
+        until = min(self.clock() + self.binding_wait_seconds, writes_by - 1.0)
         event = asyncio.Event()
         waiters = self._condition_waiters.setdefault(decision.claims.pod_key, [])
         waiters.append(event)
@@ -482,7 +488,7 @@ class Binder:
                     announced = True
                     self.stats.binding_conditions_pending += 1
                     await self._announce_pending(decision, message)
-                remaining = until - loop.time()
+                remaining = until - self.clock()
                 if remaining <= 0:
                     raise BindingConditionsPending(message, node=decision.node)
                 with contextlib.suppress(TimeoutError):
@@ -504,7 +510,7 @@ class Binder:
         ``BindingConditionsPending`` and ``status.nominatedNodeName`` (a failure only logs)."""
         namespace, name, uid = pod_identity(decision.pod)
         self.backend.record_event(namespace, name, uid, kind="Normal", reason=PENDING_REASON, message=message)
-        if (decision.pod.get("status") or {}).get("nominatedNodeName") == decision.node:
+        if nominated_node(decision.pod) == decision.node:
             return
         try:
             await self.backend.set_nominated_node(namespace, name, uid, decision.node)
@@ -519,7 +525,7 @@ class Binder:
         except (WriteConflict, OutcomeUnknown):
             # refused (the cache lagged an earlier bind of ours) or unanswered (made after all?)
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout_at(deadline):
+                async with timeout_until(self.clock, deadline):
                     if await self._bound_already(namespace, name, uid, node):
                         return
             raise
@@ -528,7 +534,7 @@ class Binder:
         """``roll_back`` before ``deadline``; what it could not undo by then is left to the pod's
         next attempt (a claim reserved for it pins it) or the resourceclaim controller."""
         try:
-            async with asyncio.timeout_at(deadline):
+            async with timeout_until(self.clock, deadline):
                 await roll_back(self.backend, written, uid)
         except TimeoutError:
             log.warning("bind.rollback_unfinished", claims=[w.claim_key for w in written if w.wrote])
@@ -539,4 +545,4 @@ class Binder:
             live = await self.backend.get_pod(namespace, name)
         except ExtenderError:
             return False
-        return live is not None and pod_uid(live) == uid and (live.get("spec") or {}).get("nodeName") == node_name
+        return live is not None and pod_uid(live) == uid and bound_node(live) == node_name

@@ -1,5 +1,5 @@
 """The verdict cache behind filter and prioritize: candidate lists, per-shape verdicts, filter answer
-memos and score columns, over ``state/fits.py``'s remembered verdicts.
+memos and score columns, over ``state/cache/fit_cache.py``'s remembered verdicts.
 
 ``VerdictCache`` has four questions, each asked once per request:
 
@@ -26,9 +26,9 @@ from extender.core.answers import Unresolvable
 from extender.core.extended import CANNOT_FIT_RESOURCE
 from extender.core.model import Features
 from extender.core.scoring import DeviceUsage, ScoringCandidate, node_device_usage, raw_scores
-from extender.state.claims import PodClaims
-from extender.state.cluster import ClusterView
-from extender.state.fits import ShapeVerdicts, Verdict
+from extender.state.cache.claims import PodClaims
+from extender.state.cache.cluster import ClusterView
+from extender.state.cache.fit_cache import ShapeVerdicts, Verdict
 
 __all__ = ["Candidates", "DuplicateNodes", "FilterOutcome", "VerdictCache"]
 

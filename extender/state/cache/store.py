@@ -21,8 +21,8 @@ Synchronous and single-threaded (one asyncio loop); no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -48,9 +48,9 @@ from extender.core.pools import SliceSnapshot
 from extender.core.preemption import Budget
 from extender.core.quantity import Quantity
 from extender.core.taint_rules import apply_taint_rules, rule_touches
-from extender.state.fits import FitCache
+from extender.state.cache.fit_cache import FitCache
 
-__all__ = ["KINDS", "AllocationIndex", "ObjectStore", "object_key"]
+__all__ = ["KINDS", "AllocationIndex", "Holding", "ObjectStore", "object_key"]
 
 #: The kinds the store keeps, by ``kind``.
 KINDS = (
@@ -82,12 +82,21 @@ def object_key(kind: str, raw: Mapping[str, Any]) -> str:
     return name
 
 
-class AllocationIndex:
-    """The ``AllocatedState`` of a set of claims, kept up to date one claim at a time.
+class Holding(NamedTuple):
+    """Who holds devices in the in-use index: a claim's stored allocation, or the in-flight ledger's
+    entry for the claim (a bind's or a hold's, not shown by the store yet). Both may hold the
+    same devices at once while the store catches up."""
 
-    ``set(key, allocation)`` replaces what one claim holds and returns the devices whose state
-    changed; the state object is updated in place, so a caller holding it always sees the
-    current devices (callers use it synchronously). A device held by several claims stays in
+    claim_key: str
+    in_flight: bool = False
+
+
+class AllocationIndex:
+    """The ``AllocatedState`` of a set of holdings, kept up to date one holding at a time.
+
+    ``set(key, allocation)`` replaces what one holding (a ``Holding``, or a claim's key) holds and
+    returns the devices whose state changed; the state object is updated in place, so a caller
+    holding it always sees the current devices (callers use it synchronously). A device held by several claims stays in
     use until the last one lets go, and a second holder of a device already in exclusive use
     changes nothing: that is what a bind's in-flight entry and the claim's own allocation are
     while the store catches up, and remembered verdicts survive it.
@@ -95,11 +104,11 @@ class AllocationIndex:
 
     def __init__(self) -> None:
         self.state = AllocatedState()
-        self._by_claim: dict[str, AllocationResult] = {}
-        # device -> claim key -> that claim's non-admin results for the device
-        self._holders: dict[DeviceID, dict[str, list[DeviceResult]]] = {}
+        self._by_claim: dict[Hashable, AllocationResult] = {}
+        # device -> holding -> that holding's non-admin results for the device
+        self._holders: dict[DeviceID, dict[Hashable, list[DeviceResult]]] = {}
 
-    def set(self, key: str, allocation: AllocationResult | None) -> set[DeviceID]:
+    def set(self, key: Hashable, allocation: AllocationResult | None) -> set[DeviceID]:
         old = self._by_claim.get(key)
         if old is allocation or (old is not None and allocation is not None and old == allocation):
             return set()
@@ -134,8 +143,8 @@ class AllocationIndex:
                 changed.add(device)
         return changed
 
-    def without(self, keys: Collection[str]) -> AllocatedState:
-        """A copy of the state as if the claims ``keys`` held nothing (preemption's what-if: the
+    def without(self, keys: Collection[Hashable]) -> AllocatedState:
+        """A copy of the state as if the holdings ``keys`` held nothing (preemption's what-if: the
         devices a set of victims would free), recounted from the remaining holders."""
         state = AllocatedState(
             devices=set(self.state.devices),
@@ -261,7 +270,7 @@ class ObjectStore:
         self._snapshot: SliceSnapshot | None = SliceSnapshot(())
         self._pending_slices: list[tuple[ResourceSlice | None, ResourceSlice | None]] = []
         self._allocations = AllocationIndex()  # allocated claims
-        self._in_use = AllocationIndex()  # allocated claims and in-flight allocations (set_in_flight)
+        self._in_use = AllocationIndex()  # by ``Holding``: allocated claims and in-flight allocations
         #: Claims made for pods' extended resources (annotated, a pod as controller owner): the
         #: owning pod's UID -> the claims' keys, oldest first (normally one; an answer lost to a
         #: create can leave a second) (``extender.core.extended``).
@@ -483,12 +492,12 @@ class ObjectStore:
 
     def _claim_allocation(self, key: str, allocation: AllocationResult | None) -> None:
         self._allocations.set(key, allocation)
-        self.fits.drop_devices(self._in_use.set(key, allocation))
+        self.fits.drop_devices(self._in_use.set(Holding(key), allocation))
 
     def set_in_flight(self, claim_key: str, allocation: AllocationResult | None) -> None:
         """Count (or stop counting) an allocation a bind decided but the store does not show yet:
         ``in_use_state`` includes it. The in-flight ledger calls this for every entry."""
-        self.fits.drop_devices(self._in_use.set(f"in-flight:{claim_key}", allocation))
+        self.fits.drop_devices(self._in_use.set(Holding(claim_key, in_flight=True), allocation))
 
     def _rules_changed(self, old: DeviceTaintRule | None, new: DeviceTaintRule | None) -> None:
         """Re-apply the rules to the slices the changed rule matched or matches now."""
@@ -530,9 +539,8 @@ class ObjectStore:
     def in_use_without(self, claim_keys: Collection[str]) -> AllocatedState:
         """``in_use_state`` as if the claims ``claim_keys`` (and their in-flight entries) held
         nothing: a copy, for preemption's what-ifs."""
-        keys = set(claim_keys)
-        keys.update(f"in-flight:{key}" for key in claim_keys)
-        return self._in_use.without(keys)
+        holdings = {Holding(key, in_flight) for key in claim_keys for in_flight in (False, True)}
+        return self._in_use.without(holdings)
 
     def in_use_state(self) -> AllocatedState:
         """``allocated_state`` plus the in-flight allocations (``set_in_flight``): what the

@@ -35,8 +35,9 @@ from extender.core.extended import (
     special_claim,
 )
 from extender.core.model import NodeInfo, ResourceClaim
-from extender.state.ledger import InFlightLedger
-from extender.state.store import ObjectStore
+from extender.state.cache.ledger import InFlightLedger
+from extender.state.cache.pods import pod_identity, pod_priority, pod_uid
+from extender.state.cache.store import ObjectStore
 
 __all__ = [
     "MAX_CONSUMERS",
@@ -44,9 +45,6 @@ __all__ = [
     "PodClaims",
     "extended_provisional_key",
     "pod_claim_refs",
-    "pod_identity",
-    "pod_priority",
-    "pod_uid",
     "provisional_key",
     "reserved_for",
     "resolve_pod_claims",
@@ -115,10 +113,6 @@ class PodClaims:
         return variant
 
 
-def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
-    """(namespace, name, uid) of a raw pod."""
-    meta = pod.get("metadata") or {}
-    return str(meta.get("namespace") or "default"), str(meta.get("name") or ""), str(meta.get("uid") or "")
 
 
 def _owned_by(raw_claim: Mapping[str, Any], pod_uid: str) -> bool:
@@ -128,15 +122,8 @@ def _owned_by(raw_claim: Mapping[str, Any], pod_uid: str) -> bool:
     return False
 
 
-def pod_uid(pod: Mapping[str, Any]) -> str:
-    """A raw pod's ``metadata.uid`` ("" when it has none)."""
-    return str((pod.get("metadata") or {}).get("uid") or "")
 
 
-def pod_priority(pod: Mapping[str, Any]) -> int:
-    """A raw pod's ``spec.priority`` (admission resolved its PriorityClass into it; 0 when unset)."""
-    value = (pod.get("spec") or {}).get("priority")
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def reserved_for(claim: ResourceClaim, pod_uid: str) -> bool:

@@ -1,0 +1,98 @@
+"""What the state layer reads of a raw pod (the API server's JSON, as the backend holds it), each
+field by name: one place says which fields are read and what their absence means.
+
+Pods stay raw mappings: the scheduler sends them, the watch delivers them, and the writes send
+back what was read, so decoding them into a model would copy every pod for a handful of fields.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "TERMINAL_PHASES",
+    "bound_node",
+    "deleting",
+    "finished",
+    "nominated_node",
+    "pod_annotations",
+    "pod_identity",
+    "pod_labels",
+    "pod_phase",
+    "pod_priority",
+    "pod_uid",
+    "start_time",
+]
+
+#: Phases of a pod whose containers have all stopped for good: it holds nothing any more.
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return pod.get("metadata") or {}
+
+
+def _spec(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return pod.get("spec") or {}
+
+
+def _status(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    return pod.get("status") or {}
+
+
+def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(namespace, name, uid) of a raw pod."""
+    meta = _meta(pod)
+    return str(meta.get("namespace") or "default"), str(meta.get("name") or ""), str(meta.get("uid") or "")
+
+
+def pod_uid(pod: Mapping[str, Any]) -> str:
+    """``metadata.uid`` ("" when it has none)."""
+    return str(_meta(pod).get("uid") or "")
+
+
+def pod_priority(pod: Mapping[str, Any]) -> int:
+    """``spec.priority`` (admission resolved its PriorityClass into it; 0 when unset)."""
+    value = _spec(pod).get("priority")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def pod_labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    """``metadata.labels`` ({} when none)."""
+    return _meta(pod).get("labels") or {}
+
+
+def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``metadata.annotations`` ({} when none)."""
+    return _meta(pod).get("annotations") or {}
+
+
+def deleting(pod: Mapping[str, Any]) -> bool:
+    """Whether ``metadata.deletionTimestamp`` is set: the pod is going."""
+    return bool(_meta(pod).get("deletionTimestamp"))
+
+
+def bound_node(pod: Mapping[str, Any]) -> str:
+    """``spec.nodeName``: the node the pod is bound to ("" while it is not)."""
+    return str(_spec(pod).get("nodeName") or "")
+
+
+def pod_phase(pod: Mapping[str, Any]) -> str:
+    """``status.phase`` ("" when unknown)."""
+    return str(_status(pod).get("phase") or "")
+
+
+def finished(pod: Mapping[str, Any]) -> bool:
+    """Whether the pod's phase is terminal (``TERMINAL_PHASES``)."""
+    return pod_phase(pod) in TERMINAL_PHASES
+
+
+def nominated_node(pod: Mapping[str, Any]) -> str:
+    """``status.nominatedNodeName`` ("" when none)."""
+    return str(_status(pod).get("nominatedNodeName") or "")
+
+
+def start_time(pod: Mapping[str, Any]) -> str:
+    """``status.startTime`` as RFC 3339 text ("" when unknown)."""
+    return str(_status(pod).get("startTime") or "")

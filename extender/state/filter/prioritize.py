@@ -1,0 +1,77 @@
+"""The prioritize verb: a 0..10 score per node from the pod shape's remembered verdicts.
+
+Each candidate's raw scores come from ``VerdictCache.score_codes`` (remembered per candidate list),
+are turned into scores by the pod's policy (``core/scoring``: its annotation's, else the service's),
+and, with tentative holds on, the first of equally best nodes is made the only best one and the
+pod's devices there are held (``holds.py``): kube-scheduler then picks that node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from extender.core.errors import PodUnschedulable
+from extender.core.scoring import TOPOLOGY, ScoringPolicy, scores_by_value
+from extender.state.cache.claims import PodClaims
+from extender.state.cache.cluster import ClusterView
+from extender.state.cache.pods import pod_annotations, pod_uid
+from extender.state.filter.holds import Holds, one_best
+from extender.state.filter.verdicts import VerdictCache
+
+__all__ = ["Prioritizer"]
+
+
+class Prioritizer:
+    """See the module docstring. ``annotation`` is the pod annotation that may carry a policy."""
+
+    def __init__(
+        self, *, cluster: ClusterView, verdicts: VerdictCache, holds: Holds, policy: ScoringPolicy, annotation: str
+    ) -> None:
+        self.cluster = cluster
+        self.verdicts = verdicts
+        self.holds = holds
+        self.policy = policy
+        self.annotation = annotation
+
+    def columns(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> tuple[Sequence[str], list[int]]:
+        """The nodes (as given) and their scores (0 where the claims do not fit), as two columns:
+        what the HTTP answer is written from, without a pair per node. The pod's previous holds are
+        given back first. Raises the ExtenderError that answers ``Error``."""
+        pod = self.cluster.pod(pod)
+        self.holds.release(pod_uid(pod))
+        claims = self.cluster.claims(pod)
+        if not claims.all:
+            return node_names, [0] * len(node_names)
+        return self._scored(claims, self.policy_for(pod), node_names)
+
+    def _scored(
+        self, claims: PodClaims, policy: ScoringPolicy, node_names: Sequence[str]
+    ) -> tuple[Sequence[str], list[int]]:
+        candidates = self.verdicts.candidates(node_names)
+        verdicts = self.verdicts.verdicts(claims, candidates)
+        attribute = policy.topology_attribute if policy.weights.get(TOPOLOGY) else None
+        codes = self.verdicts.score_codes(verdicts, candidates, attribute)
+        values = verdicts.values
+        in_use = {code: values[code] for code in set(codes) if code is not None}
+        by_value = scores_by_value(in_use.values(), policy)
+        # node -> code -> score, through C-level maps (None: the node does not fit)
+        score_by_code: dict[int | None, int] = {code: by_value[value] for code, value in in_use.items()}
+        score_by_code[None] = 0
+        scores = list(map(score_by_code.__getitem__, codes))
+        if self.holds.enabled and claims.to_allocate and scores:
+            best = one_best(scores, codes)
+            if best is not None:
+                self.holds.hold_chosen(claims, candidates.names[best], verdicts)
+        # a tuple: the list is the service's own canonical one (``VerdictCache.candidates``)
+        return tuple(candidates.names), scores
+
+    def policy_for(self, pod: Mapping[str, Any]) -> ScoringPolicy:
+        """The pod's scoring policy: its annotation's, else the service's."""
+        text = pod_annotations(pod).get(self.annotation)
+        if not text:
+            return self.policy
+        try:
+            return ScoringPolicy.parse(str(text))
+        except ValueError as exc:
+            raise PodUnschedulable(f"annotation {self.annotation}: {exc}") from exc
