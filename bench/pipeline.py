@@ -986,6 +986,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--extender-arg", action="append", default=[], help="more dra-extender serve flags")
     parser.add_argument("--in-process", action="store_true", help="run the extender in this process")
     parser.add_argument("--repeat", type=int, default=1, help="runs per combination (default 1)")
+    parser.add_argument(
+        "--extender-config",
+        action="append",
+        default=None,
+        metavar="SPEC",
+        help="--scheduler real: the extender profile's KubeSchedulerConfiguration, deploy/<overlay>[:pct=N,"
+        "scores=none,weight=N] (repeatable: one extender run each; default base)",
+    )
+    parser.add_argument(
+        "--profiles",
+        type=_names(("in-tree", "extender")),
+        default=["in-tree", "extender"],
+        help="--scheduler real: which profiles run (default in-tree,extender)",
+    )
     parser.add_argument("--time-limit", type=float, default=300.0, help="cap per run, s")
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for a CI smoke run")
     parser.add_argument("--seed", type=int, default=0)

@@ -138,6 +138,14 @@ class RealRun:
     extender_errors: dict[str, float] = field(default_factory=dict)
     #: kube-scheduler's mean scheduling attempt (``scheduler_scheduling_attempt_duration_seconds``), ms
     attempt_mean_ms: float = 0.0
+    #: the extender profile's configuration (``--extender-config``: ``base``, ``base:pct=10``...); "" in-tree
+    config: str = ""
+    #: kube-scheduler's time per scheduling attempt, ms: ``algorithm`` (filter and score, the extender's
+    #: filter and prioritize calls included), its in-tree extension points, and ``extenders`` (the rest)
+    scheduler_ms: dict[str, float] = field(default_factory=dict)
+    #: kube-scheduler's in-tree plugins, ms per attempt ("Filter/NodeResourcesFit"): each extension point's
+    #: time split by the plugins' shares of ``scheduler_plugin_execution_duration_seconds`` (sampled cycles)
+    plugins_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def failed_attempts(self) -> int:
@@ -205,6 +213,45 @@ def schedule_attempts(samples: dict[str, float]) -> dict[str, float]:
             result = _labels(name).get("result", "?")
             out[result] = out.get(result, 0.0) + value
     return out
+
+
+#: The extension points of a scheduling cycle's algorithm (filter and score); the extenders' calls are
+#: the rest of ``scheduler_scheduling_algorithm_duration_seconds``.
+ALGORITHM_POINTS = ("PreFilter", "Filter", "PreScore", "Score")
+
+
+def scheduler_breakdown(samples: dict[str, float]) -> tuple[dict[str, float], dict[str, float]]:
+    """kube-scheduler's time per scheduling attempt, ms (``algorithm``, each of ``ALGORITHM_POINTS``
+    and ``extenders``, the algorithm's rest), and per in-tree plugin ("Filter/NodeResourcesFit"): the
+    extension point's time split by the plugins' shares of their (sampled) execution time."""
+    family = "scheduler_scheduling_algorithm_duration_seconds"
+    attempts = sum(v for k, v in samples.items() if k.startswith(f"{family}_count"))
+    if not attempts:
+        return {}, {}
+    points: dict[str, float] = {}
+    for name, value in samples.items():
+        if name.startswith("scheduler_framework_extension_point_duration_seconds_sum{"):
+            point = _labels(name).get("extension_point", "?")
+            points[point] = points.get(point, 0.0) + value
+    algorithm = sum(v for k, v in samples.items() if k.startswith(f"{family}_sum"))
+    out = {"algorithm": round(1000 * algorithm / attempts, 2)}
+    for point in ALGORITHM_POINTS:
+        out[point] = round(1000 * points.get(point, 0.0) / attempts, 2)
+    out["extenders"] = round(max(0.0, out["algorithm"] - sum(out[p] for p in ALGORITHM_POINTS)), 2)
+    shares: dict[str, dict[str, float]] = {}
+    for name, value in samples.items():
+        if name.startswith("scheduler_plugin_execution_duration_seconds_sum{"):
+            labels = _labels(name)
+            point, plugin = labels.get("extension_point", "?"), labels.get("plugin", "?")
+            shares.setdefault(point, {})[plugin] = shares.setdefault(point, {}).get(plugin, 0.0) + value
+    plugins: dict[str, float] = {}
+    for point, by_plugin in shares.items():
+        total = sum(by_plugin.values())
+        if point not in ALGORITHM_POINTS or not total:
+            continue
+        for plugin, value in by_plugin.items():
+            plugins[f"{point}/{plugin}"] = round(out[point] * value / total, 3)
+    return out, plugins
 
 
 def histogram_mean_ms(samples: dict[str, float], family: str, **match: str) -> float:
@@ -562,9 +609,8 @@ class Bench:
         finally:
             await client.close()
 
-    def _start(self, profile: Profile, name: str) -> tuple[Callable[[], None], dict[str, int], Any]:
+    def _start(self, profile: Profile, name: str, config_spec: str) -> tuple[Callable[[], None], dict[str, int], Any]:
         """The profile's kube-scheduler (and extender), synced: (stop, pids, extender or None)."""
-        from tests.deploy.render import DEPLOY, render, scheduler_config
         from tests.e2e.harness import Extender
 
         if profile == "in-tree":
@@ -578,7 +624,7 @@ class Bench:
         ).start(timeout=CLEANUP_TIMEOUT)
         assert self.setup is not None
         self.setup.extender_start_s.append(round(time.monotonic() - started, 1))
-        config = json.loads(json.dumps(scheduler_config(render(DEPLOY / "base"))))
+        config = extender_scheduler_config(config_spec)
         (only,) = config["extenders"]
         only["urlPrefix"] = extender.url + "/"
         config["leaderElection"] = {"leaderElect": False}  # one replica; the extender follows no Lease
@@ -596,9 +642,13 @@ class Bench:
         assert extender.popen is not None
         return stop, {"kube-scheduler": process.popen.pid, "dra-extender": extender.popen.pid}, extender
 
-    def run(self, profile: Profile, claims: str, pods: int, repeat: int, time_limit: float) -> RealRun:
+    def run(
+        self, profile: Profile, claims: str, pods: int, repeat: int, time_limit: float, config: str = "base"
+    ) -> RealRun:
+        """One run; ``config`` is the extender profile's ``--extender-config`` (ignored in-tree)."""
         admin = self.plane.admin
-        namespace = f"real-{profile}-{claims}-{repeat}"
+        variant = "" if profile == "in-tree" else _slug(config)
+        namespace = f"real-{profile}-{claims}-{repeat}" + (f"-{variant}" if variant and config != "base" else "")
         workload = {"nodes": self.nodes, "devices": self.devices, "pods": pods, "claims": claims, "shape": "one-gpu"}
         spec = cluster_gen.ClusterSpec(
             nodes=1,
@@ -627,7 +677,7 @@ class Bench:
 
         asyncio.run(self._with_client(prepare))
         name = f"kube-scheduler-{profile}"
-        stop, pids, extender = self._start(profile, name)
+        stop, pids, extender = self._start(profile, name, config)
         port = self.plane.scheduler_ports[name]
         try:
             pids = {
@@ -654,6 +704,7 @@ class Bench:
             cpu_window = max(1e-9, time.monotonic() - seen.first_post)  # a little past the last bind
             load_after = _loadavg()
             samples = scheduler_metrics(port, self.cert, self.key)
+            scheduler_ms, plugins_ms = scheduler_breakdown(samples)
             verbs: dict[str, float] = {}
             errors: dict[str, float] = {}
             if extender is not None:
@@ -720,6 +771,9 @@ class Bench:
             extender_verbs_ms=verbs,
             extender_errors=errors,
             attempt_mean_ms=histogram_mean_ms(samples, "scheduler_scheduling_attempt_duration_seconds"),
+            config="" if profile == "in-tree" else config,
+            scheduler_ms=scheduler_ms,
+            plugins_ms=plugins_ms,
         )
         cleanup(admin, namespace)
         return result
@@ -729,6 +783,39 @@ class Bench:
 
         (profile,) = scheduler_config(render(DEPLOY / "base"))["profiles"]
         return str(profile["schedulerName"])
+
+
+def extender_scheduler_config(spec: str) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration of an extender run: ``deploy/<overlay>``'s as shipped (``base``,
+    or another kustomization under ``deploy/``), then the overrides after a colon, comma separated:
+    ``pct=N`` (``percentageOfNodesToScore``), ``scores=none`` (every in-tree PreScore and Score plugin
+    off), ``weight=N`` (the extender's). Raises ValueError naming a bad spec."""
+    from tests.deploy.render import DEPLOY, render, scheduler_config
+
+    overlay, _, overrides = spec.partition(":")
+    folder = DEPLOY / overlay
+    if not overlay or not (folder / "kustomization.yaml").is_file():
+        raise ValueError(f"--extender-config {spec!r}: no kustomization at deploy/{overlay}")
+    config: dict[str, Any] = json.loads(json.dumps(scheduler_config(render(folder))))
+    (profile,) = config["profiles"]
+    (extender,) = config["extenders"]
+    for item in filter(None, overrides.split(",")):
+        key, _, value = item.partition("=")
+        if key == "pct" and value.isdigit() and int(value) <= 100:
+            profile["percentageOfNodesToScore"] = int(value)
+        elif key == "scores" and value == "none":
+            plugins = profile.setdefault("plugins", {})
+            for point in ("preScore", "score"):
+                plugins.setdefault(point, {})["disabled"] = [{"name": "*"}]
+        elif key == "weight" and value.isdigit():
+            extender["weight"] = int(value)
+        else:
+            raise ValueError(f"--extender-config {spec!r}: unknown override {item!r} (pct=N, scores=none, weight=N)")
+    return config
+
+
+def _slug(spec: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", spec.lower()).strip("-")
 
 
 def _http_text(url: str) -> str:
@@ -744,20 +831,27 @@ def _label(workload: dict[str, Any]) -> str:
 
 
 def _pairs(results: Sequence[RealRun]) -> list[tuple[RealRun | None, RealRun | None]]:
-    """In-tree and extender runs side by side, in run order."""
+    """Each extender run beside the in-tree run before it (of the same workload), in run order; an
+    in-tree run no extender run followed stands alone."""
     out: list[tuple[RealRun | None, RealRun | None]] = []
-    pending: RealRun | None = None
+    latest: RealRun | None = None
+    paired = True
     for r in results:
         if r.profile == "in-tree":
-            if pending is not None:
-                out.append((pending, None))
-            pending = r
+            if latest is not None and not paired:
+                out.append((latest, None))
+            latest, paired = r, False
         else:
-            out.append((pending, r))
-            pending = None
-    if pending is not None:
-        out.append((pending, None))
+            same = latest is not None and latest.workload == r.workload
+            out.append((latest if same else None, r))
+            paired = paired or same
+    if latest is not None and not paired:
+        out.append((latest, None))
     return out
+
+
+def _profile_label(r: RealRun) -> str:
+    return r.profile if r.profile == "in-tree" or r.config in ("", "base") else f"extender ({r.config})"
 
 
 def summary_table(results: Sequence[RealRun]) -> str:
@@ -777,7 +871,9 @@ def summary_table(results: Sequence[RealRun]) -> str:
         )
         cpu = " / ".join(f"{r.cpu_ms_per_pod['total']:.1f}" if r else "—" for r in (in_tree, extender))
         load = " / ".join(f"{r.other_load_cores:.2f}" if r else "—" for r in (in_tree, extender))
-        lines.append(f"| {_label(some.workload)} ({some.pods} pods) | {a} | {b} | {ratio} | {cpu} | {load} |")
+        variant = extender.config if extender and extender.config not in ("", "base") else ""
+        label = _label(some.workload) + (f", {variant}" if variant else "")
+        lines.append(f"| {label} ({some.pods} pods) | {a} | {b} | {ratio} | {cpu} | {load} |")
     return "\n".join(lines)
 
 
@@ -797,11 +893,28 @@ def detail_table(results: Sequence[RealRun]) -> str:
         )
         correct = "yes" if not r.problems else f"NO: {len(r.problems)} problems"
         lines.append(
-            f"| {_label(r.workload)} | {r.profile} | {r.bound}/{r.pods} | {r.pods_per_s:.1f} "
+            f"| {_label(r.workload)} | {_profile_label(r)} | {r.bound}/{r.pods} | {r.pods_per_s:.1f} "
             f"| {r.failed_attempts} ({r.failed_scheduling_events}) | {r.latency_p50_s:.2f} / {r.latency_p99_s:.2f} "
             f"| {cpu} | {r.cpu_ms_per_pod['total']:.1f} | {r.cpu_ms_per_pod[CLIENT]:.1f} | {r.other_load_cores:.2f} "
             f"| {correct} |"
         )
+    return "\n".join(lines)
+
+
+def scheduler_table(results: Sequence[RealRun]) -> str:
+    """kube-scheduler's time per scheduling attempt by extension point, and its costliest plugins."""
+    lines = [
+        "| workload | profile | algorithm ms | PreFilter | Filter | PreScore | Score | extenders "
+        "| costliest plugins, ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        if not r.scheduler_ms:
+            continue
+        top = sorted(r.plugins_ms.items(), key=lambda item: -item[1])[:4]
+        plugins = ", ".join(f"{name} {ms:.2f}" for name, ms in top)
+        cells = " | ".join(f"{r.scheduler_ms.get(k, 0.0):.2f}" for k in ("algorithm", *ALGORITHM_POINTS, "extenders"))
+        lines.append(f"| {_label(r.workload)} | {_profile_label(r)} | {cells} | {plugins} |")
     return "\n".join(lines)
 
 
@@ -829,6 +942,17 @@ def run(args: argparse.Namespace) -> int:
         print("--scheduler real: only --shapes one-gpu", file=sys.stderr)
         return 2
     sizes = [20] if getattr(args, "quick", False) else args.sizes
+    configs = list(getattr(args, "extender_config", None) or ["base"])
+    try:
+        for spec in configs:
+            extender_scheduler_config(spec)
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    profiles = list(getattr(args, "profiles", None) or PROFILES)
+    runs: list[tuple[Profile, str]] = [("in-tree", "")] if "in-tree" in profiles else []
+    if "extender" in profiles:
+        runs += [("extender", spec) for spec in configs]
     print(header(), flush=True)
     print(f"load before: {_uptime()}", flush=True)
     results: list[RealRun] = []
@@ -850,11 +974,11 @@ def run(args: argparse.Namespace) -> int:
                     flush=True,
                 )
                 for claims, repeat in itertools.product(args.claims, range(args.repeat)):
-                    for profile in PROFILES:
-                        result = bench.run(profile, claims, count, repeat, args.time_limit)
+                    for profile, config in runs:
+                        result = bench.run(profile, claims, count, repeat, args.time_limit, config)
                         results.append(result)
                         print(
-                            f"  {profile} {nodes} nodes {claims}: {result.pods_per_s:.1f} pods/s, "
+                            f"  {_profile_label(result)} {nodes} nodes {claims}: {result.pods_per_s:.1f} pods/s, "
                             f"{result.bound}/{result.pods} bound, failed attempts {result.failed_attempts}, "
                             f"CPU ms/pod {result.cpu_ms_per_pod['total']:.1f}, other load "
                             f"{result.other_load_cores:.2f} cores, problems {len(result.problems)}",
@@ -874,6 +998,8 @@ def run(args: argparse.Namespace) -> int:
     print(summary_table(results))
     print()
     print(detail_table(results))
+    print()
+    print(scheduler_table(results))
     print()
     for s in setups:
         starts = ", ".join(f"{v:g}" for v in s.extender_start_s)

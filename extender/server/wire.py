@@ -85,7 +85,7 @@ def wire_field(exc: BaseException) -> WireField:
 # --- requests ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ExtenderArgs:
     """A filter / prioritize / explain request."""
 
@@ -111,7 +111,7 @@ class ExtenderArgs:
         return items
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BindingArgs:
     pod_name: str
     pod_namespace: str
@@ -123,7 +123,7 @@ class BindingArgs:
         return f"{self.pod_namespace}/{self.pod_name}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PreemptionArgs:
     """An ExtenderPreemptionArgs: the pod and its victims per node, in request order."""
 
@@ -256,15 +256,16 @@ def parse_extender_args(body: Any) -> ExtenderArgs:
 def parse_binding_args(body: Any) -> BindingArgs:
     """ExtenderBindingArgs: all four fields are required non-empty strings."""
     args = _object(body, "request body")
-    values: list[str] = []
-    for key in ("PodName", "PodNamespace", "PodUID", "Node"):
+    values: dict[str, str] = {}
+    fields = (("PodName", "pod_name"), ("PodNamespace", "pod_namespace"), ("PodUID", "pod_uid"), ("Node", "node"))
+    for key, field_name in fields:
         value = args.get(key)
         if value is None:
             raise BadRequest(f"{key} is required")
         if not isinstance(value, str) or not value:
             raise BadRequest(f"{key} must be a non-empty string")
-        values.append(value)
-    return BindingArgs(*values)
+        values[field_name] = value
+    return BindingArgs(**values)
 
 
 def parse_preemption_args(body: Any) -> PreemptionArgs:

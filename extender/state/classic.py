@@ -49,7 +49,7 @@ from extender.core.model import ResourceClaim
 from extender.state.bind.claim_writes import json_copy
 from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
-from extender.state.cache.pods import bound_node, deleting, pod_identity, pod_uid
+from extender.state.cache.pods import bound_node, deleting, pod_identity, pod_key, pod_uid
 from extender.state.clock import timeout_until
 from extender.state.filter.verdicts import FilterOutcome
 
@@ -135,7 +135,7 @@ class ClassicNegotiator:
     def publish_potential(self, pod: Mapping[str, Any], nodes: tuple[str, ...]) -> None:
         """Queue a write of ``potentialNodes``: one publisher per pod, which writes the latest
         list wanted when it gets to it (a newer filter replaces an older wish)."""
-        key = "/".join(pod_identity(pod)[:2])
+        key = pod_key(pod)
         if key in self._binding:
             return  # its bind writes the context now
         self._wanted[key] = (pod, nodes)
@@ -175,7 +175,7 @@ class ClassicNegotiator:
         dropped (its list returned by ``_take_wanted``), one under way is waited for (at most
         until ``until`` on the service's clock), so that no late write overtakes the bind's or recreates a
         context the bind deleted. ``resume`` ends it."""
-        key = "/".join(pod_identity(pod)[:2])
+        key = pod_key(pod)
         self._binding.add(key)
         task = self._publishers.get(key)
         if task is not None:
@@ -198,7 +198,7 @@ class ClassicNegotiator:
         return key in self._waiting_pods
 
     def resume(self, pod: Mapping[str, Any]) -> None:
-        self._binding.discard("/".join(pod_identity(pod)[:2]))
+        self._binding.discard(pod_key(pod))
 
     def _take_wanted(self, key: str) -> tuple[str, ...] | None:
         wanted = self._wanted.pop(key, None)
@@ -413,13 +413,13 @@ class ClassicNegotiator:
     async def clear_selection(self, pod: Mapping[str, Any]) -> None:
         """Unset ``selectedNode`` so that no driver allocates for it any more; raises when the
         write fails (logged)."""
-        context = self.store.scheduling_contexts.get("/".join(pod_identity(pod)[:2]))
+        context = self.store.scheduling_contexts.get(pod_key(pod))
         if context is None or not context.selected_node:
             return
         try:
             await self.write_context(pod, selected="")
         except ExtenderError as exc:
-            log.info("classic.clear_failed", pod="/".join(pod_identity(pod)[:2]), reason=exc.reason)
+            log.info("classic.clear_failed", pod=pod_key(pod), reason=exc.reason)
             raise
 
     # --- recovery -------------------------------------------------------------------------------------

@@ -34,7 +34,11 @@ from extender.state import cooperative
 from extender.state.backend import Backend
 from extender.state.bind.binder import DEFAULT_BIND_DEADLINE_SECONDS, DEFAULT_CLAIM_WAIT_SECONDS, Binder, ledger_ttl
 from extender.state.bind.claim_writes import DELETE_PROTECTION_FINALIZER
-from extender.state.bind.conditions import DEFAULT_BINDING_TIMEOUT_SECONDS, DEFAULT_BINDING_WAIT_SECONDS
+from extender.state.bind.conditions import (
+    DEFAULT_BINDING_TIMEOUT_SECONDS,
+    DEFAULT_BINDING_WAIT_SECONDS,
+    BindingTimeout,
+)
 from extender.state.cache.cluster import ClusterView
 from extender.state.cache.ledger import InFlightLedger
 from extender.state.cache.pods import pod_uid
@@ -104,7 +108,7 @@ class SchedulingService:
         self.features = features
         self.stats = ServiceStats()
         #: The pods the last filter (the verb's, not an explanation's) found no node for.
-        self.rejected = rejected if rejected is not None else RejectedPods()
+        self.rejected = rejected if rejected is not None else RejectedPods(clock=clock)
         binding: set[str] = set()  # UIDs of pods with a bind running
         self.cluster = cluster = ClusterView(
             backend, ledger, features, filter_timeout_seconds=filter_timeout_seconds, clock=clock, binding=binding
@@ -112,13 +116,13 @@ class SchedulingService:
         self.verdicts = VerdictCache(cluster, features)
         self.classic = ClassicNegotiator(cluster)
         self.preemption = DevicePreemption(cluster, enabled=preemption)
+        binding_timeout = BindingTimeout(binding_timeout_seconds, wall_clock)
         self.attempts = Attempts(
             cluster=cluster,
             verdicts=self.verdicts,
             classic=self.classic,
             preemption=self.preemption,
-            binding_timeout_seconds=binding_timeout_seconds,
-            wall_clock=wall_clock,
+            binding_timeout=binding_timeout,
         )
         self.post_filter = PostFilter(
             cluster=cluster, classic=self.classic, preemption=self.preemption, attempts=self.attempts
@@ -137,12 +141,11 @@ class SchedulingService:
             self.holds,
             self.stats,
             claim_wait_seconds=claim_wait_seconds,
-            binding_timeout_seconds=binding_timeout_seconds,
+            binding_timeout=binding_timeout,
             binding_wait_seconds=binding_wait_seconds,
             deadline_seconds=bind_deadline_seconds,
             binding=binding,
             classic=self.classic,
-            wall_clock=wall_clock,
         )
 
     @property
@@ -154,27 +157,30 @@ class SchedulingService:
 
     def filter(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
         """Filter without PostFilter (``filter_and_recover`` is the verb)."""
-        return self._apply(self._decide(pod, node_names))
+        return self._decide_and_apply(pod, node_names).outcome
 
     async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
         """The filter verb: the attempt decided and applied, letting the event loop run during a
-        long search (``cooperative.py``); then, when no node fits, PostFilter over the same
-        attempt (``filter/recovery.py``: stale claims freed, or preemption)."""
-        attempt = await cooperative.run(self._decide, pod, node_names)
-        self._apply(attempt)
+        long search (``cooperative.py``: a hold's own search too); then, when no node fits,
+        PostFilter over the same attempt (``filter/recovery.py``: stale claims freed, or
+        preemption)."""
+        attempt = await cooperative.run(self._decide_and_apply, pod, node_names)
         return await self.post_filter.run(attempt)
 
     def attempt(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> Attempt:
         """The filter's decision, read-only (``filter/attempt.py``): what explain reads."""
         return self.attempts.decide(pod, node_names)
 
-    def _decide(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> Attempt:
+    def _decide_and_apply(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> Attempt:
         """Before the decision: the nodes offered remembered (PostFilter's preemption asks them),
-        and the pod's previous holds given back (its own holds would hide devices from it)."""
+        and the pod's previous holds given back (its own holds would hide devices from it); then
+        the attempt, and its effects."""
         self.post_filter.remember_offered(pod, node_names)
         if self.backend.synced:
             self.holds.release(pod_uid(pod))
-        return self.attempts.decide(pod, node_names)
+        attempt = self.attempts.decide(pod, node_names)
+        self._apply(attempt)
+        return attempt
 
     def _apply(self, attempt: Attempt) -> FilterOutcome:
         """The attempt's effects, in order: classic DRA's ``potentialNodes`` published; the

@@ -23,6 +23,7 @@ __all__ = [
     "without_v1_form",
 ]
 
+
 def without_v1_form(kind: str, raw: Mapping[str, Any], *, api_version: str | None = None) -> bool:
     """Whether a raw object has no faithful resource.k8s.io/v1 form, so that the debug endpoints
     answer it as stored: classic DRA's v1alpha3 claims and templates with ``spec.controller`` (v1

@@ -152,14 +152,14 @@ class ExplainedNode:
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = self.devices.to_dict()
+        if self.classic is not None:
+            out["classic"] = self.classic.to_dict()
         out["fits"] = self.fits
         out["message"] = self.message
         if self.detail:
-            out["detail"] = self.detail
+            out["detail"] = self.detail  # after "classic" when the classic part gave it
         else:
             out.pop("detail", None)
-        if self.classic is not None:
-            out["classic"] = self.classic.to_dict()
         out["outcome"] = self.outcome
         if self.outcome in (FAILED, UNRESOLVABLE):
             out["reason"] = self.reason

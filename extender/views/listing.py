@@ -10,7 +10,7 @@ extender reads of a Node); DeviceClasses and ResourceSlices through the backend'
 
 DeviceClasses, ResourceSlices, ResourceClaims and ResourceClaimTemplates are answered as
 resource.k8s.io/v1 whatever version they are held in (``extender.core.convert``'s ``*_to_v1``),
-except what has no faithful v1 form (``state.debug.without_v1_form``: classic DRA claims and
+except what has no faithful v1 form (``views.debug.without_v1_form``: classic DRA claims and
 templates, v1alpha3 classes with ``suitableNodes``), which stays as held, as in
 ``debug/resourceclaims``; an object no converter accepts also stays as held.
 """

@@ -76,7 +76,6 @@ CLOSEST_SHOWN = 3
 NODE_SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
 
 
-
 def why(views: DebugViews, pod: Mapping[str, Any], node_names: Sequence[str]) -> dict[str, Any]:
     """The why document of ``pod`` over ``node_names`` (see the module docstring)."""
     namespace, name, uid = pod_identity(pod)

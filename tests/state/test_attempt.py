@@ -96,4 +96,3 @@ async def test_post_filter_works_from_the_attempt_it_is_given() -> None:
     outcome = await svc.post_filter.run(attempt)
     assert outcome.error == "deallocation of ResourceClaim default/c1 completed"
     assert svc.attempt(pod("p", "c1"), ["node-2"]).outcome.node_names == ["node-2"]
-

@@ -216,3 +216,33 @@ def test_a_hold_never_replaces_a_binds_entry_in_the_ledger() -> None:
     clock.now += 5
     assert ledger.expire(keep={"u"}) == [] and len(ledger) == 1
     assert len(ledger.expire()) == 1 and len(ledger) == 0
+
+
+async def test_a_holds_own_search_may_let_the_event_loop_run() -> None:
+    """When the remembered verdict cannot give the devices to hold, the hold searches the node itself:
+    that search runs inside the filter's cooperative run, so it may pause like the filter's own
+    (review of issue 25: the effects were applied outside it)."""
+    from extender.state import cooperative
+    from extender.state.filter import holds as holds_module
+
+    svc = SchedulingService(
+        backend=EmbeddedBackend(copy.deepcopy(cluster(claim("c-p"), pod("p", "c-p"), nodes=1, gpus=1)))
+    )
+    svc.cluster.slice_seconds = 0.0  # every slice ends at once: a search pauses at its first chance
+    seen: list[bool] = []
+    real = svc.holds.hold
+
+    def hold(*args: Any, **kwargs: Any) -> None:
+        seen.append(cooperative.can_pause())
+        real(*args, **kwargs)
+
+    svc.holds.hold = hold  # type: ignore[method-assign]
+    original = holds_module._held_devices
+    holds_module._held_devices = lambda verdict: None  # type: ignore[assignment]  # force the hold's own search
+    try:
+        outcome = await svc.filter_and_recover(pod("p", "c-p"), ["node-1"])
+    finally:
+        holds_module._held_devices = original
+    assert outcome.node_names == ["node-1"]
+    assert seen == [True]
+    assert [e.node for e in svc.ledger if e.tentative] == ["node-1"]

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.backends.embedded import EmbeddedBackend
-from extender.core.errors import ApiUnavailable
+from extender.core.errors import ApiUnavailable, PodUnschedulable
 from extender.core.preemption import Victim, choose_victims
 from extender.state.preemption.devices import MAX_REFUSALS, WAITING_FOR_VICTIMS
 from extender.state.service import SchedulingService
@@ -333,6 +333,26 @@ async def test_a_request_for_one_node_does_not_preempt_when_another_node_fits() 
     assert (await c.filter("high")).node_names == ["node-2"]  # the full pass offered both nodes
     outcome = await c.filter("high", ["node-1"])  # then a hint or nominated node alone
     assert outcome.node_names == [] and len(c.pods()) == 4 and not c.service.cluster.nominations
+
+
+async def test_a_one_node_request_answers_error_when_the_other_nodes_cannot_be_decided() -> None:
+    """Whether another offered node fits cannot be told (its devices fail the pod: a CEL runtime error,
+    say): the one-node request answers that ``Error`` and evicts nobody, as before PostFilter asked
+    the attempts (review of issue 25)."""
+    c = await started(m.claim("hc"), prio_pod("high", 1000, "hc"))
+    c.backend.delete_pod("default", "low-4")  # node-2 has a free GPU now
+    assert (await c.filter("high")).node_names == ["node-2"]  # the full pass offered both nodes
+    real = c.service.verdicts.verdicts
+
+    def verdicts(claims: Any, candidates: Any) -> Any:
+        if list(candidates.names) == ["node-2"]:
+            raise PodUnschedulable("injected: a device on node-2 fails the pod's selector")
+        return real(claims, candidates)
+
+    c.service.verdicts.verdicts = verdicts  # type: ignore[method-assign]
+    outcome = await c.filter("high", ["node-1"])
+    assert outcome.error == "injected: a device on node-2 fails the pod's selector"
+    assert len(c.pods()) == 4 and not c.service.cluster.nominations
 
 
 async def test_a_request_for_one_node_preempts_when_it_is_all_the_pod_was_offered() -> None:

@@ -116,7 +116,6 @@ def test_prioritize_scores_follow_binds_on_a_remembered_candidate_list() -> None
     assert after["node-2"] > after["node-1"]  # binpack: the half-used node scores higher now
 
 
-
 def test_pods_of_one_shape_share_the_verdicts_and_the_filter_answer() -> None:
     """Two pods whose claims have the same spec are one shape: the second pod's filter is the first
     one's answer object, asked of the allocator never again."""

@@ -26,7 +26,7 @@ ResourceSlice:
 DeviceClass: ``selectors``, ``config`` and ``extendedResourceName`` have the same shape in every
 version, so only ``apiVersion`` changes — except v1alpha3's ``spec.suitableNodes`` (classic DRA,
 1.31), which has no place in v1 and is dropped, as the apiserver dropped it in 1.32. That is the one
-loss; the debug endpoints answer such a class as stored (``extender.state.debug.without_v1_form``).
+loss; the debug endpoints answer such a class as stored (``extender.views.debug.without_v1_form``).
 
 What an older version lacks (shared counters, taints, binding conditions, consumable capacity,
 ``extendedResourceName``...) is absent from its objects and so from the result: nothing is invented

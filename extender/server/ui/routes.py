@@ -6,7 +6,7 @@ Routes, under the path prefix:
 - ``GET ui`` -> 302 to ``ui/``; ``GET ui/`` -> ``static/index.html``; ``GET ui/static/{name}`` ->
   a file of ``static/`` (a plain file name only: no directories, no dot files);
 - ``GET ui/api/summary``, ``ui/api/nodes``, ``ui/api/nodes/{node}``, ``ui/api/pools``,
-  ``ui/api/pending``: JSON from ``extender.state.devicemap.DeviceMap``; a bad query value is 400
+  ``ui/api/pending``: JSON from ``extender.views.devicemap.DeviceMap``; a bad query value is 400
   ``{"error": ...}`` naming it, an unknown node 404;
 - ``GET ui/api/events``: ``text/event-stream``, the revision when it opens and whenever it changes.
 

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,19 +49,18 @@ from extender.core.model import AllocationResult, ResourceClaim
 from extender.state import cooperative
 from extender.state.bind.claim_writes import Written, roll_back, write_allocation, write_reservation
 from extender.state.bind.conditions import (
-    DEFAULT_BINDING_TIMEOUT_SECONDS,
     DEFAULT_BINDING_WAIT_SECONDS,
     PENDING_REASON,
     BindingConditionsPending,
+    BindingTimeout,
     BindingVerdict,
-    binding_verdicts,
     pending_message,
     release_unbindable,
 )
 from extender.state.bind.extended_writes import create_extended_claim, record_extended_status
 from extender.state.cache.claims import PodClaims, reserved_for
 from extender.state.cache.cluster import ClusterView
-from extender.state.cache.pods import bound_node, nominated_node, pod_identity, pod_uid
+from extender.state.cache.pods import bound_node, nominated_node, pod_identity, pod_key, pod_uid
 from extender.state.classic import ClassicNegotiator
 from extender.state.clock import timeout_until
 from extender.state.filter.holds import Holds, record
@@ -126,27 +124,24 @@ class Binder:
         stats: ServiceStats,
         *,
         claim_wait_seconds: float,
-        binding_timeout_seconds: float = DEFAULT_BINDING_TIMEOUT_SECONDS,
+        binding_timeout: BindingTimeout | None = None,
         binding_wait_seconds: float = DEFAULT_BINDING_WAIT_SECONDS,
         deadline_seconds: float = DEFAULT_BIND_DEADLINE_SECONDS,
         binding: set[str],
         classic: ClassicNegotiator | None = None,
-        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if deadline_seconds <= 0:
             raise ValueError("the bind deadline must be positive")
         self.cluster = cluster
         #: Monotonic seconds for the bind's deadline and its waits (the service's clock).
         self.clock = cluster.clock
-        #: What ``allocationTimestamp`` is compared with (the binding timeout).
-        self.wall_clock = wall_clock
         self.backend = cluster.backend
         self.store = cluster.store
         self.ledger = cluster.ledger
         self.holds = holds
         self.stats = stats
         self.claim_wait_seconds = claim_wait_seconds
-        self.binding_timeout_seconds = binding_timeout_seconds
+        self.binding_timeout = binding_timeout if binding_timeout is not None else BindingTimeout()
         self.binding_wait_seconds = binding_wait_seconds
         # Binds waiting for their devices' binding conditions, by pod key.
         self._condition_waiters: dict[str, list[asyncio.Event]] = {}
@@ -210,7 +205,7 @@ class Binder:
         """Classic DRA: the pod is bound, its context has done its work. Deleted within the
         deadline (a failure only logs: the garbage collector removes it with the pod), after any
         publish still under way, which could otherwise recreate it."""
-        key = "/".join(pod_identity(pod)[:2])
+        key = pod_key(pod)
         if key not in self.store.scheduling_contexts and not self.classic.publishing(key):
             return
         try:
@@ -451,9 +446,7 @@ class Binder:
             if claim is None or claim.allocation is None:
                 raise Transient(f"claim {key} got deallocated in the meantime", claim=key)
             claims.append(claim)
-        return binding_verdicts(
-            claims, self.store.raw_claims, timeout_seconds=self.binding_timeout_seconds, now=self.wall_clock()
-        )
+        return self.binding_timeout.verdicts(claims, self.store.raw_claims)
 
     async def _await_binding_conditions(self, decision: _Decision, keys: list[str], writes_by: float) -> None:
         """After the claim writes: the pod is bound only once every binding condition of its

@@ -21,7 +21,7 @@ there), and its bind binds the pod once the conditions are met. The checks are p
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_BINDING_WAIT_SECONDS",
     "PENDING_REASON",
     "BindingConditionsPending",
+    "BindingTimeout",
     "BindingVerdict",
     "binding_verdict",
     "binding_verdicts",
@@ -136,6 +137,22 @@ def binding_verdict(
     if started is not None and started + timeout_seconds < current:
         return BindingVerdict(ready=False, failed=f"device binding timeout: claim={claim.name}", timed_out=True)
     return BindingVerdict(ready=False)
+
+
+@dataclass(frozen=True, slots=True)
+class BindingTimeout:
+    """How long allocated devices may wait for their binding conditions (``seconds``, upstream's
+    ``bindingTimeout``), measured on ``wall_clock`` against ``allocationTimestamp``: the filter's
+    attempts and the bind read the same one."""
+
+    seconds: float = DEFAULT_BINDING_TIMEOUT_SECONDS
+    wall_clock: Callable[[], float] = time.time
+
+    def verdicts(
+        self, claims: Sequence[ResourceClaim], raw_claims: Mapping[str, Mapping[str, Any]]
+    ) -> list[tuple[ResourceClaim, BindingVerdict]] | None:
+        """``binding_verdicts`` now."""
+        return binding_verdicts(claims, raw_claims, timeout_seconds=self.seconds, now=self.wall_clock())
 
 
 def waiting_for(result: DeviceResult, raw_claim: Mapping[str, Any]) -> tuple[str, ...]:

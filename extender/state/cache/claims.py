@@ -113,17 +113,11 @@ class PodClaims:
         return variant
 
 
-
-
 def _owned_by(raw_claim: Mapping[str, Any], pod_uid: str) -> bool:
     for ref in (raw_claim.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("controller") and ref.get("uid") == pod_uid:
             return True
     return False
-
-
-
-
 
 
 def reserved_for(claim: ResourceClaim, pod_uid: str) -> bool:

@@ -18,6 +18,7 @@ __all__ = [
     "nominated_node",
     "pod_annotations",
     "pod_identity",
+    "pod_key",
     "pod_labels",
     "pod_phase",
     "pod_priority",
@@ -45,6 +46,12 @@ def pod_identity(pod: Mapping[str, Any]) -> tuple[str, str, str]:
     """(namespace, name, uid) of a raw pod."""
     meta = _meta(pod)
     return str(meta.get("namespace") or "default"), str(meta.get("name") or ""), str(meta.get("uid") or "")
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    """``namespace/name`` of a raw pod (the namespace "default" when unset)."""
+    namespace, name, _ = pod_identity(pod)
+    return f"{namespace}/{name}"
 
 
 def pod_uid(pod: Mapping[str, Any]) -> str:

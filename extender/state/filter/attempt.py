@@ -12,14 +12,14 @@ read the same attempt, so an explanation can never disagree with filter.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from extender.core.answers import NOT_AVAILABLE, NOT_SYNCED
 from extender.core.errors import ExtenderError
 from extender.core.model import ResourceClaim
-from extender.state.bind.conditions import BindingVerdict, binding_verdicts
+from extender.state.bind.conditions import BindingTimeout, BindingVerdict
 from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
 from extender.state.cache.fit_cache import ShapeVerdicts
@@ -52,8 +52,7 @@ class Attempt:
 
 class Attempts:
     """Decides attempts over one cluster: the verdicts, classic DRA's deny-list, the nominations of
-    preemptors, and the binding timeout (``binding_timeout_seconds``, with ``wall_clock`` the time
-    ``allocationTimestamp`` is compared with)."""
+    preemptors, and the binding timeout (shared with the bind)."""
 
     def __init__(
         self,
@@ -62,15 +61,13 @@ class Attempts:
         verdicts: VerdictCache,
         classic: ClassicNegotiator,
         preemption: DevicePreemption,
-        binding_timeout_seconds: float,
-        wall_clock: Callable[[], float],
+        binding_timeout: BindingTimeout,
     ) -> None:
         self.cluster = cluster
         self.verdicts = verdicts
         self.classic = classic
         self.preemption = preemption
-        self.binding_timeout_seconds = binding_timeout_seconds
-        self.wall_clock = wall_clock
+        self.binding_timeout = binding_timeout
 
     def decide(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> Attempt:
         """The attempt of ``pod`` over ``node_names``; see the module docstring."""
@@ -102,8 +99,8 @@ class Attempts:
         if claims.classic:
             outcome, potential = self.classic.narrow(claims, outcome)
         decided = not outcome.error
-        if decided and self.cluster.nominations:
-            outcome = self.preemption.respect_nominations(claims, outcome)
+        if decided:
+            outcome = self._without_nominated(claims, outcome)
         return Attempt(
             pod=pod,
             node_names=node_names,
@@ -115,15 +112,24 @@ class Attempts:
             decided=decided,
         )
 
+    def fits_on(self, claims: PodClaims, node_names: Sequence[str]) -> list[str]:
+        """The nodes of ``node_names`` where the pod's resolved ``claims`` fit now, nominations
+        respected (PostFilter asks this of the other nodes a pod was offered). Raises the
+        ExtenderError that would fail an attempt there."""
+        candidates = self.verdicts.candidates(node_names)
+        outcome = self.verdicts.filter_outcome(self.verdicts.verdicts(claims, candidates), candidates)
+        return self._without_nominated(claims, outcome).node_names
+
+    def _without_nominated(self, claims: PodClaims, outcome: FilterOutcome) -> FilterOutcome:
+        """Nodes that pass only by taking devices nominated for a preemptor fail."""
+        if not self.cluster.nominations:
+            return outcome
+        return self.preemption.respect_nominations(claims, outcome)
+
     def unbindable(self, claims: PodClaims) -> tuple[tuple[ResourceClaim, BindingVerdict], ...]:
         """The pod's allocated claims whose devices failed binding or timed out waiting for their
         binding conditions."""
         if not claims.allocated:
             return ()
-        found = binding_verdicts(
-            claims.allocated,
-            self.cluster.store.raw_claims,
-            timeout_seconds=self.binding_timeout_seconds,
-            now=self.wall_clock(),
-        )
+        found = self.binding_timeout.verdicts(claims.allocated, self.cluster.store.raw_claims)
         return tuple((claim, verdict) for claim, verdict in found or () if verdict.failed)

@@ -10,7 +10,9 @@ An extender has no PostFilter of its own; without these steps such pods would st
 4. else device-aware preemption may free a node (``preemption/devices.py``).
 
 Each write is a leader's (``Backend.ensure_leader``) and answers ``Error`` naming what was done,
-so that kube-scheduler retries soon. Steps 2 and 3 read the claims as they exist: a pod whose
+so that kube-scheduler retries soon. The steps work from the attempt's claims as they were when its
+search started (a search that paused let other requests run meanwhile); each write reads the claim
+again before it changes it (``claim_writes.deallocate``). Steps 2 and 3 read the claims as they exist: a pod whose
 template claims are not created yet has nothing to recover (as upstream, whose PreFilter stops
 such a pod before PostFilter)."""
 
@@ -145,7 +147,7 @@ class PostFilter:
             other than the requested one, fits the pod now (nominations respected)."""
             offered: Sequence[str] = self._offered.get(claims.pod_uid, ())
             others = [name for name in offered if name not in node_names]
-            return bool(others) and bool(self.attempts.decide(attempt.pod, others).outcome.node_names)
+            return bool(others) and bool(self.attempts.fits_on(claims, others))
 
         try:
             return await self.preemption.consider(

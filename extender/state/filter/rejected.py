@@ -1,6 +1,6 @@
 """The pods a filter found no node for: one registry, two readers.
 
-``SchedulingService._filter`` feeds it on the filter's hot path (``rejected(pod)``: one dict update
+``SchedulingService._apply`` feeds it on the filter's hot path (``rejected(pod)``: one dict update
 per rejected pod; ``placed(uid)`` when a later filter finds a node or the pod binds). The device map
 lists these pods first (``ui/api/pending``): during a stream of binds, the pods that stay pending are
 those that no node fits, not the ones about to be bound. The kube backend's fast requeue

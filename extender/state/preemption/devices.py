@@ -34,7 +34,6 @@ empty-dict test.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -319,9 +318,10 @@ class DevicePreemption:
         """The best plan over ``nodes`` (with its allocation and the claims it frees), a text to
         wait with when claims already free will do, or None."""
         plans: list[tuple[Plan, tuple[AllocationResult, ...], set[str]]] = []
-        deadline = time.monotonic() + CHOICE_SECONDS
+        clock = self.cluster.clock
+        deadline = clock() + CHOICE_SECONDS
         for looked, node in enumerate(list(nodes)[: self.max_nodes]):
-            if plans and time.monotonic() > deadline:
+            if plans and clock() > deadline:
                 log.info("preemption.choice_cut", looked=looked, nodes=len(nodes))
                 break  # the best plan so far: the event loop has waited long enough
             if not view.by_node.get(node) and not view.gone_claims:
@@ -392,11 +392,7 @@ class DevicePreemption:
         done: list[Victim] = []
         # a budget's refusal, if it comes, comes before anything irreversible
         budgets = list(self.store.budgets.values())
-        labels = (
-            {pod_uid(p): pod_labels(p) for p in self.store.pods.values()}
-            if budgets
-            else {}
-        )
+        labels = {pod_uid(p): pod_labels(p) for p in self.store.pods.values()} if budgets else {}
         risky = protected_victims(plan.victims, budgets, labels) if budgets else set()
         ordered = [v for v in plan.victims if v.uid in risky] + [v for v in plan.victims if v.uid not in risky]
         for victim in ordered:
