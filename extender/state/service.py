@@ -1,20 +1,12 @@
 """The scheduling service: the extender verbs as plain methods (no HTTP here).
 
-``SchedulingService`` wires the parts of ``extender/state`` (docs/architecture.md draws them) and
-orchestrates each verb as a visible sequence of their steps:
-
-- ``cache/``: the stored facts: the store and the in-flight ledger (``ClusterView`` over both,
-  refreshed before every decision), which claims a pod uses, remembered verdicts, nominations;
-- ``filter/``: one read-only ``Attempt`` per filter request (``attempt.py``), the verdict cache,
-  tentative holds, the rejected pods, PostFilter (``recovery.py``), prioritize;
-- ``bind/``: the bind verb and the claim writes;
-- ``preemption/``: device-aware preemption driven by filter, and the ``preempt`` verb;
-- ``classic.py``: classic DRA's negotiation with the drivers.
-
-Answers (``extender.core.answers``): a node where the claims fit passes; ``Unfit`` is
-``FailedNodes``, ``Unresolvable`` ``FailedAndUnresolvableNodes``; a fatal or a transient problem
-fails the attempt with ``Error``. ``filter`` and ``prioritize`` change nothing but tentative holds;
-PostFilter's writes (``filter_and_recover``) are a leader's.
+``SchedulingService`` wires the parts of ``extender/state`` (``cache/``, ``filter/``, ``bind/``,
+``preemption/``, ``classic.py``; docs/architecture.md maps them and walks one filter and one bind)
+and orchestrates each verb as a visible sequence of their steps. Answers
+(``extender.core.answers``): a node where the claims fit passes; ``Unfit`` is ``FailedNodes``,
+``Unresolvable`` ``FailedAndUnresolvableNodes``; a fatal or a transient problem fails the attempt
+with ``Error``. ``filter`` and ``prioritize`` change nothing but tentative holds; PostFilter's
+writes (``filter_and_recover``) are a leader's.
 """
 
 from __future__ import annotations
@@ -153,8 +145,6 @@ class SchedulingService:
         """The service's scoring policy (a pod's annotation may name its own)."""
         return self.prioritizer.policy
 
-    # --- filter --------------------------------------------------------------------------------
-
     def filter(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
         """Filter without PostFilter (``filter_and_recover`` is the verb)."""
         return self._decide_and_apply(pod, node_names).outcome
@@ -206,8 +196,6 @@ class SchedulingService:
         if nodes:
             self.backend.observe_nodes(nodes)
 
-    # --- prioritize ----------------------------------------------------------------------------
-
     def prioritize(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> list[tuple[str, int]]:
         """A 0..10 score for every given node (0 where the claims do not fit)."""
         return list(zip(*self.prioritize_columns(pod, node_names), strict=True))
@@ -224,8 +212,6 @@ class SchedulingService:
             raise NotSynced(NOT_SYNCED)
         return self.prioritizer.columns(pod, node_names)
 
-    # --- preempt -------------------------------------------------------------------------------
-
     async def preempt(self, pod: Mapping[str, Any], victims: Mapping[str, NodeVictims]) -> PreemptOutcome:
         """The preempt verb (``preemption/verb.py``): kube-scheduler's victims per node, with the
         device holders that must also go, and without the nodes where no victims free the devices.
@@ -237,8 +223,6 @@ class SchedulingService:
         except ExtenderError as exc:
             return PreemptOutcome({}, error=exc.reason)
         return PreemptOutcome(await self.preempt_verb.decide(claims, victims))
-
-    # --- bind ----------------------------------------------------------------------------------
 
     async def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
         """The bind verb (``bind/binder.py``): raises the ExtenderError its ``Error`` answers."""
@@ -253,8 +237,6 @@ class SchedulingService:
             raise
         self.stats.binds_ok += 1
         log.info("bind.finished", pod=f"{namespace}/{name}", node=node_name, outcome="bound")
-
-    # --- lifecycle -----------------------------------------------------------------------------
 
     def warm_up(self) -> dict[str, int]:
         """The caches a first filter would fill, filled now (``ClusterView.warm_up``)."""
