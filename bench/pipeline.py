@@ -995,6 +995,13 @@ def _parser() -> argparse.ArgumentParser:
         "scores=none,weight=N] (repeatable: one extender run each; default base)",
     )
     parser.add_argument(
+        "--prefill",
+        type=float,
+        default=0.0,
+        help="--scheduler real: the fraction of the GPUs taken before the runs (bound pods with allocated claims)",
+    )
+    parser.add_argument("--prefill-layout", choices=("packed", "spread"), default="packed")
+    parser.add_argument(
         "--profiles",
         type=_names(("in-tree", "extender")),
         default=["in-tree", "extender"],

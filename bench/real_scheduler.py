@@ -56,6 +56,7 @@ import contextlib
 import itertools
 import json
 import os
+import random
 import re
 import shutil
 import ssl
@@ -336,6 +337,85 @@ def _node_status() -> dict[str, Any]:
     return {"status": {"capacity": resources, "allocatable": resources, "conditions": [ready]}}
 
 
+#: The namespace of the pods and claims that hold devices before the runs (``--prefill``).
+PREFILL_NAMESPACE = "bench-prefill"
+
+
+def prefill_plan(nodes: int, devices: int, fraction: float, layout: str, seed: int) -> dict[str, int]:
+    """Per node, how many of its GPUs are taken before the runs: ``fraction`` of all of them,
+    ``packed`` (whole nodes, in an order the seed shuffles: what binpack scoring leaves behind) or
+    ``spread`` (each taken device drawn at random from all of them)."""
+    total = round(nodes * devices * fraction)
+    names = [f"node-{n:05d}" for n in range(nodes)]
+    rng = random.Random(seed)
+    if layout == "packed":
+        rng.shuffle(names)
+        plan: dict[str, int] = {}
+        for name in names:
+            if total <= 0:
+                break
+            plan[name] = min(devices, total)
+            total -= plan[name]
+        return plan
+    return dict(Counter(names[i // devices] for i in rng.sample(range(nodes * devices), total)))
+
+
+async def prefill(client: Client, plan: dict[str, int]) -> None:
+    """For each node of ``plan``, a pod bound to it (``spec.nodeName`` set at creation: no scheduler
+    involved) with one claim that holds that many of the node's GPUs, allocated and reserved for it,
+    as a scheduler would have left them."""
+    await client.create(
+        "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PREFILL_NAMESPACE}}
+    )
+    claims_path = f"/apis/{V1}/namespaces/{PREFILL_NAMESPACE}/resourceclaims"
+
+    async def one(item: tuple[str, int]) -> None:
+        node, count = item
+        name = f"fill-{node}"
+        request = {"name": "gpu", "exactly": {"deviceClassName": cluster_gen.GPU_DRIVER, "count": count}}
+        claim = await client.create(
+            claims_path,
+            {
+                "apiVersion": V1,
+                "kind": "ResourceClaim",
+                "metadata": {"name": name},
+                "spec": {"devices": {"requests": [request]}},
+            },
+        )
+        pod = await client.create(
+            f"/api/v1/namespaces/{PREFILL_NAMESPACE}/pods",
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name},
+                "spec": {
+                    "nodeName": node,
+                    "containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}],
+                    "resourceClaims": [{"name": "gpu", "resourceClaimName": name}],
+                },
+            },
+        )
+        claim["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": cluster_gen.GPU_DRIVER, "pool": node, "device": f"gpu-{i}"}
+                        for i in range(count)
+                    ]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                    ]
+                },
+            },
+            "reservedFor": [{"resource": "pods", "name": name, "uid": pod["metadata"]["uid"]}],
+        }
+        await client.send("PUT", f"{claims_path}/{name}/status", claim)
+
+    await _bounded(sorted(plan.items()), one, SETUP_CONCURRENCY)
+
+
 async def create_cluster(client: Client, objects: Sequence[dict[str, Any]]) -> int:
     """DeviceClasses, then each Node (made Ready, its admission taint removed, as
     ``ControlPlane.make_ready`` does) with its slices, ``SETUP_CONCURRENCY`` requests at a time.
@@ -561,11 +641,23 @@ def cleanup(admin: Any, namespace: str) -> float:
 class Bench:
     """One control plane for one cluster size: its setup, then the runs."""
 
-    def __init__(self, assets: Any, folder: Path, nodes: int, devices: int, seed: int) -> None:
+    def __init__(
+        self,
+        assets: Any,
+        folder: Path,
+        nodes: int,
+        devices: int,
+        seed: int,
+        prefill: float = 0.0,
+        prefill_layout: str = "packed",
+    ) -> None:
         from tests.controlplane.cluster import ControlPlane, Options
 
         self.folder = folder
         self.nodes, self.devices, self.seed = nodes, devices, seed
+        #: GPUs taken before the runs, by node (``--prefill``)
+        self.prefilled = prefill_plan(nodes, devices, prefill, prefill_layout, seed) if prefill else {}
+        self.prefill, self.prefill_layout = prefill, prefill_layout
         self.plane = ControlPlane(assets, folder, Options())
         self.setup: Setup | None = None
 
@@ -594,6 +686,9 @@ class Bench:
             cpu[CLIENT] = round(time.process_time() - client0, 1)
             cpu["other"] = round(max(0.0, machine_busy_seconds() - machine0 - sum(cpu.values())), 1)
             self.setup.objects_cpu_s = cpu
+            if self.prefilled:
+                plan = self.prefilled
+                asyncio.run(self._with_client(lambda client: prefill(client, plan)))
         except BaseException:
             self.plane.stop()
             raise
@@ -650,6 +745,8 @@ class Bench:
         variant = "" if profile == "in-tree" else _slug(config)
         namespace = f"real-{profile}-{claims}-{repeat}" + (f"-{variant}" if variant and config != "base" else "")
         workload = {"nodes": self.nodes, "devices": self.devices, "pods": pods, "claims": claims, "shape": "one-gpu"}
+        if self.prefilled:
+            workload["prefill"] = f"{self.prefill:g} {self.prefill_layout}"
         spec = cluster_gen.ClusterSpec(
             nodes=1,
             devices=self.devices,
@@ -827,7 +924,10 @@ def _http_text(url: str) -> str:
 
 
 def _label(workload: dict[str, Any]) -> str:
-    return f"{workload['nodes']} nodes, {workload['claims']} claims"
+    label = f"{workload['nodes']} nodes, {workload['claims']} claims"
+    if workload.get("prefill"):
+        label += f", {workload['prefill']} prefilled"
+    return label
 
 
 def _pairs(results: Sequence[RealRun]) -> list[tuple[RealRun | None, RealRun | None]]:
@@ -959,12 +1059,15 @@ def run(args: argparse.Namespace) -> int:
     setups: list[Setup] = []
     keep = bool(os.environ.get("BENCH_KEEP"))
     for nodes in sizes:
-        count = max(1, min(args.pods, nodes * args.devices * 4 // 5))
+        fraction = float(getattr(args, "prefill", 0.0) or 0.0)
+        layout = str(getattr(args, "prefill_layout", "packed"))
+        taken = sum(prefill_plan(nodes, args.devices, fraction, layout, args.seed).values()) if fraction else 0
+        count = max(1, min(args.pods, (nodes * args.devices - taken) * 4 // 5))
         folder = Path(tempfile.mkdtemp(prefix=f"bench-real-{nodes}-"))
         first = len(results)
         failed = True
         try:
-            with Bench(assets, folder, nodes, args.devices, args.seed) as bench:
+            with Bench(assets, folder, nodes, args.devices, args.seed, fraction, layout) as bench:
                 assert bench.setup is not None
                 setups.append(bench.setup)
                 print(

@@ -311,9 +311,9 @@ def _add_serve(commands: Any) -> None:
     )
     option(
         "--claim-wait-seconds",
-        "3",
+        "15",
         "how long a bind waits for the resourceclaim controller to create the pod's template claims "
-        "(default %(default)s)",
+        "(default %(default)s; never past the bind deadline's write window)",
         type=_checked(_non_negative_float),
     )
     option(

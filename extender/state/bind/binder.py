@@ -77,9 +77,12 @@ __all__ = [
 
 log = structlog.get_logger()
 
-#: How long a bind waits for the resourceclaim controller to create a pod's template claims;
-#: below kube-scheduler's default extender httpTimeout of 5 s.
-DEFAULT_CLAIM_WAIT_SECONDS = 3.0
+#: How long a bind waits for the resourceclaim controller to create a pod's template claims: most
+#: of the bind's time (``DEFAULT_BIND_DEADLINE_SECONDS`` less the rollback reserve and 5 s for the
+#: writes). The in-tree plugin keeps such a pod out of the scheduling queue until its claims exist
+#: (PreEnqueue); an extender sees the pod at once, so a busy controller's lag (4-15 s seen at
+#: 5000 nodes, docs/performance.md) is waited for here instead of failing the attempt.
+DEFAULT_CLAIM_WAIT_SECONDS = 15.0
 #: A bind's whole time: reading the pod, waiting for claims, the writes with their retries, the
 #: binding, and the rollback of a failure. A little under the ``httpTimeout`` of 30 s the
 #: deployment gives kube-scheduler's extender config, so that kube-scheduler never gives up on a
