@@ -39,7 +39,12 @@ from tests.server.fakes import FakeService
 K8S_VERSION = "1.36"
 NAMESPACE = "dra-extender"
 EXAMPLES = sorted(p for p in (DEPLOY / "examples").glob("*.yaml") if p.name != "demo-cluster.yaml")
-VARIANTS = {"plain": DEPLOY, "tls": DEPLOY / "tls", "classic-dra": DEPLOY / "classic-dra"}
+VARIANTS = {
+    "plain": DEPLOY,
+    "tls": DEPLOY / "tls",
+    "classic-dra": DEPLOY / "classic-dra",
+    "large-cluster": DEPLOY / "large-cluster",
+}
 #: Granted only by the classic DRA overlay (Kubernetes 1.31 clusters with classic drivers).
 CLASSIC_RESOURCES = {("resource.k8s.io", "podschedulingcontexts")}
 
@@ -93,7 +98,8 @@ def test_top_level_installs_the_base_only() -> None:
     assert _kustomization(DEPLOY)["resources"] == ["base"]
     stray = [p.name for p in DEPLOY.iterdir() if p.is_file() and p.name != "kustomization.yaml"]
     assert stray == [], "manifests belong in base/ (installed) or examples/ (not installed)"
-    assert sorted(p.name for p in DEPLOY.iterdir() if p.is_dir()) == ["base", "classic-dra", "examples", "tls"]
+    folders = sorted(p.name for p in DEPLOY.iterdir() if p.is_dir())
+    assert folders == ["base", "classic-dra", "examples", "large-cluster", "tls"]
 
 
 def test_tls_overlay_lists_exactly_its_files() -> None:

@@ -26,7 +26,7 @@ from extender.server.settings import normalize_prefix
 from tests.deploy.render import DEPLOY, container, find, go_duration_seconds, render, scheduler_config
 from tests.server.fakes import FakeService
 
-VARIANTS = {"plain": DEPLOY, "tls": DEPLOY / "tls"}
+VARIANTS = {"plain": DEPLOY, "tls": DEPLOY / "tls", "large-cluster": DEPLOY / "large-cluster"}
 SCHEDULER_NAME = "dra-extender-scheduler"
 
 # Fields of kubescheduler.config.k8s.io/v1 (staging/src/k8s.io/kube-scheduler/config/v1/types.go).
@@ -216,10 +216,32 @@ def test_one_profile_for_the_extender_with_dynamic_resources_off(variant: str) -
 
 
 def test_every_node_is_scored(variant: str) -> None:
-    """Node sampling could hide every device-bearing node from the extender's filter."""
+    """Node sampling could hide every device-bearing node from the extender's filter: only the
+    large-cluster variant samples, by choice (docs/deploy.md, "Large clusters")."""
+    if variant == "large-cluster":
+        return  # test_the_large_cluster_variant_samples_and_drops_only_resource_scores
     config = scheduler_config(_docs(variant))
     assert config["profiles"][0]["percentageOfNodesToScore"] == 100
     assert config.get("percentageOfNodesToScore") in (None, 100)
+
+
+def test_the_large_cluster_variant_samples_and_drops_only_resource_scores() -> None:
+    """The large-cluster variant is the base with an explicit sample (not kube-scheduler's adaptive
+    one, which falls to 5 % at 11 250 nodes and more) and without the in-tree scores of free CPU,
+    memory and images; the pod's own preferences (affinity, taints, topology spread) still score,
+    and the extender entry is the base's."""
+    base, large = scheduler_config(_docs("plain")), scheduler_config(_docs("large-cluster"))
+    (profile,) = large["profiles"]
+    assert 10 <= profile["percentageOfNodesToScore"] < 100
+    assert large.get("percentageOfNodesToScore") is None
+    assert large["extenders"] == base["extenders"]
+    assert large["leaderElection"] == base["leaderElection"]
+    plugins = profile["plugins"]
+    dropped = {p["name"] for point in ("preScore", "score") for p in plugins[point]["disabled"]}
+    assert dropped == {"NodeResourcesFit", "NodeResourcesBalancedAllocation", "ImageLocality"}
+    for point in ("filter", "preFilter", "multiPoint"):
+        kept = {p["name"] for p in plugins.get(point, {}).get("disabled", [])}
+        assert kept <= {"DynamicResources"}, f"{point}: a filter of the base must stay on"
 
 
 def test_extender_entry(variant: str) -> None:
