@@ -359,11 +359,27 @@ class Binder:
             return
         if kind == "Pod":
             targets = self._claim_waiters.get(key, ())
+        elif kind == "ResourceClaim" and (owner := self._owner_pod(key)) is not None:
+            # A template claim wakes the bind of the pod it was made for only: with hundreds of binds
+            # waiting for a lagging controller, waking them all for every claim costs each one a
+            # resolution of its claims per event.
+            targets = self._claim_waiters.get(owner, ())
         else:
             namespace = key.partition("/")[0] + "/"
             targets = [e for pod, events in self._claim_waiters.items() if pod.startswith(namespace) for e in events]
         for event in targets:
             event.set()
+
+    def _owner_pod(self, claim_key: str) -> str | None:
+        """``namespace/name`` of the pod that controls the stored claim, or None (no such claim any
+        more, or not a pod's)."""
+        raw = self.store.raw_claims.get(claim_key)
+        if raw is None:
+            return None
+        for ref in (raw.get("metadata") or {}).get("ownerReferences") or ():
+            if ref.get("controller") and ref.get("kind") == "Pod" and ref.get("name"):
+                return f"{claim_key.partition('/')[0]}/{ref['name']}"
+        return None
 
     # --- the writes -------------------------------------------------------------------------------
 

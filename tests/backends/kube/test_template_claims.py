@@ -126,3 +126,33 @@ async def test_a_bind_that_read_the_pod_from_the_api_waits_for_its_claim_too(fak
         assert_consistent(fake)
     finally:
         await backend.stop()
+
+
+async def test_a_template_claim_wakes_only_the_bind_of_its_own_pod(fake: FakeApiServer) -> None:
+    """Two binds wait for their pods' claims; the controller makes p2's: p2's bind goes on, and p1's
+    is not woken by it (each wake resolves the waiting pod's claims again: with hundreds of binds
+    waiting for a lagging controller, waking all of them for every claim cost more than the binds)."""
+    backend, service = await stack(fake, **PATIENT)
+    try:
+        resolved: list[str] = []
+        real = service.cluster.claims
+
+        def counting(pod: Any, **options: Any) -> Any:
+            resolved.append(pod["metadata"]["name"])
+            return real(pod, **options)
+
+        service.cluster.claims = counting  # type: ignore[method-assign]
+        first = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
+        second = asyncio.create_task(service.bind("default", "p2", "uid-p2", "node-2"))
+        await waiting_for_its_claim(service, first, "default/p1")
+        await waiting_for_its_claim(service, second, "default/p2")
+        before = resolved.count("p1")
+        play_the_controller(fake, "p2")
+        await asyncio.wait_for(second, 30)
+        assert resolved.count("p1") == before and not first.done()
+        play_the_controller(fake, "p1")
+        await asyncio.wait_for(first, 30)
+        assert (node_of(fake, "p1"), node_of(fake, "p2")) == ("node-1", "node-2")
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
