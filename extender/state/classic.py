@@ -366,7 +366,8 @@ class ClassicNegotiator:
                         f"timed out waiting for resource driver to allocate claims for node {node}", node=node
                     )
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), remaining)
+                    async with asyncio.timeout(remaining):  # no task per wake-up, as wait_for makes
+                        await event.wait()
         finally:
             self._waiting_pods.discard(key)
             self.resume(pod)

@@ -318,7 +318,8 @@ class Binder:
                     raise ClaimNotCreated(f'pod "{pod_key}": ResourceClaim not created yet')
                 event.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), remaining)
+                    async with asyncio.timeout(remaining):  # no task per wake-up, as wait_for makes
+                        await event.wait()
         finally:
             waiters = self._claim_waiters.get(pod_key, [])
             if event in waiters:
@@ -504,7 +505,8 @@ class Binder:
                 if remaining <= 0:
                     raise BindingConditionsPending(message, node=decision.node)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(event.wait(), remaining)
+                    async with asyncio.timeout(remaining):  # no task per wake-up, as wait_for makes
+                        await event.wait()
         finally:
             waiters.remove(event)
             if not waiters:
