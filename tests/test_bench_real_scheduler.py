@@ -46,3 +46,19 @@ def test_a_tiny_real_scheduler_run_binds_every_pod_in_both_profiles(tmp_path: Pa
         assert r["attempts"].get("scheduled") == 6, r["attempts"]
         assert r["cpu_s"]["kube-apiserver"] >= 0 and "kube-scheduler" in r["cpu_s"]
         assert ("dra-extender" in r["cpu_s"]) == (r["profile"] == "extender")
+
+
+def test_the_real_kube_scheduler_runs_the_large_cluster_variant(tmp_path: Path) -> None:
+    """deploy/large-cluster's KubeSchedulerConfiguration (a node sample, some scores off) is one the real
+    kube-scheduler v1.36 accepts (it decodes strictly) and schedules with: every pod bound, every claim
+    correct, no failed attempt on an empty cluster."""
+    out_file = tmp_path / "large.json"
+    command = [sys.executable, "-m", "bench.pipeline", "--scheduler", "real", "--sizes", "5", "--devices", "2"]
+    command += ["--pods", "6", "--claims", "direct", "--profiles", "extender", "--extender-config", "large-cluster"]
+    command += ["--json", str(out_file)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = json.loads(out_file.read_text())["results"]
+    assert (run["profile"], run["config"]) == ("extender", "large-cluster")
+    assert run["bound"] == run["pods"] == 6 and run["problems"] == []
+    assert run["attempts"].get("scheduled") == 6 and sum(run["attempts"].values()) == 6

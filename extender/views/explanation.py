@@ -11,7 +11,7 @@ list and ``kubectl dra`` read the typed values, so an explanation can never disa
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from extender.core.answers import NOT_AVAILABLE, NOT_SYNCED, Unresolvable
@@ -292,19 +292,7 @@ def _explained_node(
 
 
 def _with_preemption(node: ExplainedNode, entry: NodePreemption | None) -> ExplainedNode:
-    if entry is None:
-        return node
-    return ExplainedNode(
-        devices=node.devices,
-        outcome=node.outcome,
-        reason=node.reason,
-        fits=node.fits,
-        message=node.message,
-        detail=node.detail,
-        unavailable_claim=node.unavailable_claim,
-        classic=node.classic,
-        preemption=entry,
-    )
+    return node if entry is None else replace(node, preemption=entry)
 
 
 def _preemption(service: SchedulingService, claims: PodClaims, outcome: FilterOutcome) -> PreemptionExplanation | None:

@@ -151,7 +151,9 @@ class BindingTimeout:
     def verdicts(
         self, claims: Sequence[ResourceClaim], raw_claims: Mapping[str, Mapping[str, Any]]
     ) -> list[tuple[ResourceClaim, BindingVerdict]] | None:
-        """``binding_verdicts`` now."""
+        """``binding_verdicts`` now (the clock read only for claims with binding conditions)."""
+        if not has_binding_conditions(claims):
+            return None
         return binding_verdicts(claims, raw_claims, timeout_seconds=self.seconds, now=self.wall_clock())
 
 
