@@ -31,6 +31,7 @@ from typing import Any
 import orjson
 
 from extender.core.errors import DoesNotFit, ExtenderError, NodeUnresolvable
+from extender.state.cache.fit_cache import CURRENT_CANDIDATE_LISTS
 from extender.state.preemption.verb import NodeVictims
 
 __all__ = [
@@ -349,7 +350,8 @@ def filter_result(
 
 
 class EncodedAnswers:
-    """Encoded filter answers by the outcome they were written from, for the few most recent.
+    """Encoded filter answers by the outcome they were written from, for the most recent (one per
+    candidate list kube-scheduler has current: ``CURRENT_CANDIDATE_LISTS``).
 
     The service hands out the same outcome object to the next pod of a shape while no node started
     or stopped failing (``SchedulingService.filter``); its JSON is then the same bytes, for requests
@@ -358,7 +360,7 @@ class EncodedAnswers:
 
     __slots__ = ("_entries", "size")
 
-    def __init__(self, size: int = 8) -> None:
+    def __init__(self, size: int = CURRENT_CANDIDATE_LISTS) -> None:
         self.size = size
         self._entries: dict[int, tuple[object, bytes]] = {}
 

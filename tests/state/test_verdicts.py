@@ -13,6 +13,7 @@ import pytest
 
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.answers import CANNOT_ALLOCATE, NO_CLASS_DEVICES
+from extender.state.cache.fit_cache import CURRENT_CANDIDATE_LISTS
 from extender.state.service import SchedulingService
 from tests.manifests import claim, cluster, gpu_slice, node, pod
 
@@ -70,9 +71,42 @@ def test_candidate_lists_are_canonicalised_and_remembered_by_content() -> None:
     assert svc.verdicts.candidates(odd).names == odd
     assert svc.verdicts.candidates(odd) is not svc.verdicts.candidates(odd)
     assert svc.verdicts.candidates(["node-1", "node-2\x00node-3"]).names == ["node-1", "node-2\x00node-3"]
-    for i in range(10):  # only a few lists are kept
+    for i in range(CURRENT_CANDIDATE_LISTS):  # only so many lists are kept
         svc.verdicts.candidates([*names[: i % 3 + 1], f"extra-{i}"])
     assert svc.verdicts.candidates(list(names)) is not first
+
+
+def test_a_turn_of_sampled_windows_is_answered_from_memory_when_it_comes_back() -> None:
+    """kube-scheduler scoring a sample of the nodes sends windows that move round the node list
+    (10 at 5000 nodes with its adaptive 10 %): the same lists come back in turn. The second turn
+    finds each list, its filter answer and its score column remembered."""
+    svc = service(cluster(claim("c1"), pod("p", "c1"), nodes=20), hold_seconds=0)
+    names = [f"node-{i}" for i in range(1, 21)]
+    windows = [names[i : i + 2] for i in range(0, 20, 2)]  # 10 windows of 2 nodes
+    first = [(svc.verdicts.candidates(w), svc.filter(pod("p", "c1"), w)) for w in windows]
+    columns = [svc.prioritize_columns(pod("p", "c1"), w) for w in windows]
+    for window, (candidates, outcome), column in zip(windows, first, columns, strict=True):
+        fresh = ["".join(n) for n in window]  # new string objects, as parsed from a request
+        assert svc.verdicts.candidates(fresh) is candidates
+        assert svc.filter(pod("p", "c1"), fresh) is outcome
+        assert svc.prioritize_columns(pod("p", "c1"), fresh) == column
+    assert len(windows) <= CURRENT_CANDIDATE_LISTS
+
+
+def test_a_node_keeps_one_name_object_across_its_updates_and_loses_it_when_deleted() -> None:
+    """Candidate lists map onto ``ObjectStore.node_names``: the caches' keys stay the same string
+    objects while a Node is updated (labels, heartbeats), and a deleted Node's name is forgotten."""
+    svc = service(cluster(claim("c1"), pod("p", "c1"), nodes=2))
+    before = svc.verdicts.candidates(["".join("node-1"), "".join("node-2")]).names
+    updated = node("node-1")
+    updated["metadata"]["labels"] = {"rack": "r1"}
+    svc.backend.apply(updated)  # type: ignore[attr-defined]
+    assert svc.store.nodes["node-1"].labels == {"rack": "r1"}
+    after = svc.verdicts.candidates(["".join("node-1"), "".join("node-3")]).names
+    assert after[0] is before[0]  # the first name object, not the new NodeInfo's
+    assert after == ["node-1", "node-3"]  # a name the store does not know stays as asked
+    svc.backend.delete("Node", None, "node-2")  # type: ignore[attr-defined]
+    assert "node-2" not in svc.store.node_names and set(svc.store.node_names) == {"node-1"}
 
 
 def test_filter_answers_failed_nodes_from_remembered_maps_and_keeps_them_current() -> None:

@@ -36,10 +36,25 @@ from extender.core.model import DeviceID
 from extender.core.pools import NodeView
 from extender.core.scoring import DeviceUsage, RawScores
 
-__all__ = ["DEFAULT_MAX_SHAPES", "FitCache", "FitCacheStats", "ShapeVerdicts", "Verdict"]
+__all__ = [
+    "CURRENT_CANDIDATE_LISTS",
+    "DEFAULT_MAX_SHAPES",
+    "FitCache",
+    "FitCacheStats",
+    "ShapeVerdicts",
+    "Verdict",
+    "remember",
+]
 
 #: How many pod shapes keep verdicts. Each costs one dict entry and one small object per node.
 DEFAULT_MAX_SHAPES = 16
+
+#: Candidate lists whose answers are remembered (candidate lists, filter answers, score columns).
+#: kube-scheduler sends every node, or, when it scores a sample (``percentageOfNodesToScore``),
+#: a window that moves round the node list: nodes / sample windows, the same lists coming back in
+#: turn (10 at 5000 nodes with its adaptive default of 10 %, 20 at its floor of 5 %). Remembering
+#: fewer than a full turn made every list new again by the time it came back.
+CURRENT_CANDIDATE_LISTS = 24
 
 #: Drops a shape remembers for ``ShapeVerdicts.unknown`` before it starts over.
 _MAX_DROP_LOG = 4096
@@ -55,6 +70,13 @@ class FitCacheStats:
     misses: int = 0
     dropped: int = 0  # node verdicts dropped by invalidation
     stale: int = 0  # verdicts not remembered: their inputs changed while the search paused
+
+
+def remember(table: dict[Any, Any], key: Any, value: Any) -> None:
+    """``table[key] = value``, dropping the oldest entry beyond ``CURRENT_CANDIDATE_LISTS``."""
+    if key not in table and len(table) >= CURRENT_CANDIDATE_LISTS:
+        del table[next(iter(table))]
+    table[key] = value
 
 
 class ShapeVerdicts:
@@ -188,10 +210,7 @@ class ShapeVerdicts:
 
     def mark_covered(self, serial: int) -> None:
         """Every node of candidate list ``serial`` has a verdict now."""
-        covered = self._covered
-        if len(covered) >= 8:  # a few candidate lists are current at a time
-            covered.clear()
-        covered[serial] = self.drops
+        remember(self._covered, serial, self.drops)
 
     def raw_scores(self, topology_attribute: str | None) -> dict[str, int]:
         """Node -> index of its RawScores in ``values`` (see ``code``)."""

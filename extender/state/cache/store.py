@@ -254,6 +254,10 @@ class ObjectStore:
         self.unpatched_slices: dict[str, ResourceSlice] = {}
         self.taint_rules: dict[str, DeviceTaintRule] = {}
         self.nodes: dict[str, NodeInfo] = {}
+        #: Each Node's name -> one string object for it, kept across the Node's updates: requests
+        #: name nodes in freshly parsed strings, which ``VerdictCache.candidates`` maps onto these
+        #: (in C, ``map(dict.get)``) so that the caches' keys then compare by identity.
+        self.node_names: dict[str, str] = {}
         self.pods: dict[str, dict[str, Any]] = {}
         #: PodDisruptionBudgets (policy/v1), decoded for device-aware preemption's choice.
         self.budgets: dict[str, Budget] = {}
@@ -352,6 +356,7 @@ class ObjectStore:
         elif isinstance(obj, NodeInfo):
             old_node = self.nodes.get(key)
             self.nodes[key] = obj
+            self.node_names.setdefault(obj.name, obj.name)
             if old_node is None or old_node.labels != obj.labels or old_node.allocatable != obj.allocatable:
                 self.fits.drop_nodes((key,))
 
@@ -436,6 +441,7 @@ class ObjectStore:
             if gone is not None:
                 self._rules_changed(gone, None)
         elif kind == "Node" and self.nodes.pop(key, None) is not None:
+            self.node_names.pop(key, None)
             self.fits.drop_nodes((key,))
 
     def replace(self, kind: str, items: Iterable[dict[str, Any]]) -> None:

@@ -28,12 +28,10 @@ from extender.core.model import Features
 from extender.core.scoring import DeviceUsage, ScoringCandidate, node_device_usage, raw_scores
 from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
-from extender.state.cache.fit_cache import ShapeVerdicts, Verdict
+from extender.state.cache.fit_cache import ShapeVerdicts, Verdict, remember
 
 __all__ = ["Candidates", "DuplicateNodes", "FilterOutcome", "VerdictCache"]
 
-#: Candidate lists kept: the full list for filter, survivors for prioritize.
-_RECENT_CANDIDATE_LISTS = 4
 #: Joins a candidate list into one key (``candidates``); node names never contain it.
 _SEPARATOR = "\x00"
 _SERIALS = count()
@@ -106,13 +104,13 @@ class VerdictCache:
         # one, so the two lists are equal.
         if entry is not None and len(entry.names) == len(node_names):
             return entry
-        known = self.store.nodes
-        names = [name if (info := known.get(name)) is None else info.name for name in node_names]
+        # In C: a Python loop over the names cost more than the rest of a filter once
+        # kube-scheduler samples the nodes (``percentageOfNodesToScore``), when lists never repeat.
+        canonical = self.store.node_names
+        names = list(map(canonical.get, node_names, node_names))
         entry = Candidates(names)
         if joined.count(_SEPARATOR) == max(0, len(names) - 1):  # else two lists could join alike
-            recent[joined] = entry
-            if len(recent) > _RECENT_CANDIDATE_LISTS:
-                del recent[next(iter(recent))]  # the oldest
+            remember(recent, joined, entry)
         return entry
 
     # --- verdicts ------------------------------------------------------------------------------
@@ -237,28 +235,26 @@ class VerdictCache:
 
     def filter_outcome(self, verdicts: ShapeVerdicts, candidates: Candidates) -> FilterOutcome:
         """The filter answer from the verdicts (C-level set and dict work only: it is per node)."""
-        node_names, unique, failing = candidates.names, candidates.unique, verdicts.failing
-        if len(verdicts.by_node) != len(unique):  # the table knows more nodes than were asked about
-            rejected = failing.keys() & unique
-            result = FilterOutcome(list(filterfalse(rejected.__contains__, node_names)))
-            for name in sorted(rejected):
-                answer = failing[name]
-                (result.unresolvable if isinstance(answer, Unresolvable) else result.failed)[name] = answer.reason
-            return result
         # The answer only depends on which candidates fail and why: while that stays as it was (a
-        # bind usually leaves its node with room), the last answer is the answer.
+        # bind usually leaves its node with room), the last answer for this list is the answer.
         answered = verdicts.answers.get(candidates.serial)
         if answered is not None and answered[0] == verdicts.failing_version:
             outcome: FilterOutcome = answered[1]
             return outcome
-        outcome = FilterOutcome(
-            list(filterfalse(failing.__contains__, node_names)) if failing else list(node_names),
-            failed=verdicts.failed.copy(),
-            unresolvable=verdicts.unresolvable.copy(),
-        )
-        if len(verdicts.answers) >= 8:
-            verdicts.answers.clear()
-        verdicts.answers[candidates.serial] = (verdicts.failing_version, outcome)
+        node_names, unique, failing = candidates.names, candidates.unique, verdicts.failing
+        if len(verdicts.by_node) != len(unique):  # the table knows more nodes than were asked about
+            rejected = failing.keys() & unique
+            outcome = FilterOutcome(list(filterfalse(rejected.__contains__, node_names)))
+            for name in sorted(rejected):
+                answer = failing[name]
+                (outcome.unresolvable if isinstance(answer, Unresolvable) else outcome.failed)[name] = answer.reason
+        else:
+            outcome = FilterOutcome(
+                list(filterfalse(failing.__contains__, node_names)) if failing else list(node_names),
+                failed=verdicts.failed.copy(),
+                unresolvable=verdicts.unresolvable.copy(),
+            )
+        remember(verdicts.answers, candidates.serial, (verdicts.failing_version, outcome))
         return outcome
 
     # --- scores --------------------------------------------------------------------------------
@@ -294,9 +290,7 @@ class VerdictCache:
         # ``remembered`` may hold nodes this request did not ask about, never a failing one
         remembered = self._raw_codes(verdicts, fitting, attribute)
         codes = list(map(remembered.get, node_names))
-        if len(verdicts.columns) >= 8:  # a few candidate lists are current at a time
-            verdicts.columns.clear()
-        verdicts.columns[key] = (verdicts.drops, codes)
+        remember(verdicts.columns, key, (verdicts.drops, codes))
         return codes
 
     def _raw_codes(self, verdicts: ShapeVerdicts, fitting: set[str], attribute: str | None) -> dict[str, int]:
