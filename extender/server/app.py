@@ -85,7 +85,7 @@ async def backend_lifecycle(app: web.Application) -> AsyncIterator[None]:
     log.info("backend.started", backend=type(backend).__name__)
     warming: asyncio.Task[None] | None = None
     if backend.synced:
-        _warm_up(app)
+        await _warm_up(app)
     else:
         warming = asyncio.create_task(_warm_up_once_synced(app), name="warm caches after sync")
     try:
@@ -104,14 +104,23 @@ async def backend_lifecycle(app: web.Application) -> AsyncIterator[None]:
 GC_THRESHOLDS = (50_000, 20, 20)
 
 
-def _warm_up(app: web.Application) -> None:
+async def _warm_up(app: web.Application) -> None:
+    """Fill the caches (``SchedulingService.warm_up``, which lets the event loop run as it goes),
+    then take them out of the garbage collector's reach. /readyz answers 503 until this is done."""
     start = time.perf_counter()
-    warmed = app[SERVICE].warm_up()
+    service = app[SERVICE]
+    try:
+        warmed = await service.warm_up()
+    except Exception:  # an optimisation only: the first requests fill what is missing
+        log.exception("caches.warm_up_failed")
+        warmed = {}
+    collect_start = time.perf_counter()
     # The cluster, its decoded model and the warm caches live as long as the process: move them out
     # of the collector's reach, or every full collection rescans them (over a second at 5000 nodes,
     # seen as filter latency spikes; docs/performance.md).
     gc.collect()
     gc.freeze()
+    collect_ms = round((time.perf_counter() - collect_start) * 1000, 1)
     # Requests allocate many short-lived containers (parsed bodies, answers); with the default
     # generation-0 threshold of 700 the collector runs several times per request. Cycles are rare
     # here and refcounting frees the rest, so collect young objects less often: about 10 % less
@@ -120,6 +129,7 @@ def _warm_up(app: web.Application) -> None:
     log.info(
         "caches.warmed",
         duration_ms=round((time.perf_counter() - start) * 1000, 1),
+        collect_ms=collect_ms,
         frozen_objects=gc.get_freeze_count(),
         **warmed,
     )
@@ -133,7 +143,7 @@ async def _warm_up_once_synced(app: web.Application, poll_seconds: float = 0.2) 
         await backend.wait_synced()
     while not backend.synced:
         await asyncio.sleep(poll_seconds)
-    _warm_up(app)
+    await _warm_up(app)
 
 
 def run(app: web.Application) -> None:

@@ -215,13 +215,21 @@ async def healthz(request: web.Request) -> web.Response:
     return json_response({"status": "ok"})
 
 
+#: /readyz's reason between the sync and the end of the warm-up (``SchedulingService.warm_up``).
+WARMING_UP = "caches warming up"
+
+
 async def readyz(request: web.Request) -> web.Response:
-    """Readiness: 503 until the backend's caches have synced (every watch listed). ``detail`` says
+    """Readiness: 503 until the backend's caches have synced (every watch listed) and been warmed
+    (a few seconds at 15 000 nodes, with the event loop free meanwhile). ``detail`` says
     why, where the backend can tell (the kube backend's ``not_ready_reason``: a watch refused with
     401/403, the kinds not listed yet); ``reason`` stays the stable text scripts may match."""
-    backend = request.app[SERVICE].backend
-    if backend.synced:
+    service = request.app[SERVICE]
+    backend = service.backend
+    if backend.synced and service.warmed:
         return json_response({"status": "ready"})
+    if backend.synced:
+        return json_response({"status": "not ready", "reason": WARMING_UP}, status=503)
     body = {"status": "not ready", "reason": NOT_SYNCED}
     detail = getattr(backend, "not_ready_reason", "")  # optional: not part of the Backend protocol
     if isinstance(detail, str) and detail:

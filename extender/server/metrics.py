@@ -141,8 +141,8 @@ class _StateCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         service = self._service
         store = service.store
-        ready = GaugeMetricFamily(f"{NAMESPACE}_ready", "1 once the backend's caches have synced.")
-        ready.add_metric([], 1.0 if service.backend.synced else 0.0)
+        ready = GaugeMetricFamily(f"{NAMESPACE}_ready", "1 once the backend's caches have synced and been warmed.")
+        ready.add_metric([], 1.0 if service.backend.synced and service.warmed else 0.0)
         yield ready
         allocations = CounterMetricFamily(f"{NAMESPACE}_allocations", "Claims allocated by successful binds.")
         allocations.add_metric([], service.stats.allocations)

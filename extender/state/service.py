@@ -56,6 +56,9 @@ __all__ = [
     "ServiceStats",
 ]
 
+#: How long the start-up warm-up works before it lets the event loop run (``warm_up``).
+WARM_UP_SLICE_SECONDS = 0.005
+
 log = structlog.get_logger()
 
 
@@ -99,6 +102,8 @@ class SchedulingService:
         self.ledger = ledger
         self.features = features
         self.stats = ServiceStats()
+        #: True once ``warm_up`` has run (the server's /readyz waits for it after the sync).
+        self.warmed = False
         #: The pods the last filter (the verb's, not an explanation's) found no node for.
         self.rejected = rejected if rejected is not None else RejectedPods(clock=clock)
         binding: set[str] = set()  # UIDs of pods with a bind running
@@ -238,9 +243,13 @@ class SchedulingService:
         self.stats.binds_ok += 1
         log.info("bind.finished", pod=f"{namespace}/{name}", node=node_name, outcome="bound")
 
-    def warm_up(self) -> dict[str, int]:
-        """The caches a first filter would fill, filled now (``ClusterView.warm_up``)."""
-        return self.cluster.warm_up()
+    async def warm_up(self) -> dict[str, int]:
+        """The caches a first filter would fill, filled now (``ClusterView.warm_up``), letting the
+        event loop run every few milliseconds: /healthz and watches go on meanwhile."""
+        try:
+            return await cooperative.run(self.cluster.warm_up, cooperative.Pacer(WARM_UP_SLICE_SECONDS).step)
+        finally:
+            self.warmed = True
 
     async def stop(self) -> None:
         """Stop the service's background work (classic DRA publishes) before the backend stops."""

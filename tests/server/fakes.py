@@ -77,6 +77,7 @@ class FakeService:
     contexts: dict[str, dict[str, Any]] = field(default_factory=dict)
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     warmed_up: int = 0
+    warmed: bool = False
     stopped: int = 0
     observed_nodes: list[str] = field(default_factory=list)
     ledger: InFlightLedger = field(default_factory=InFlightLedger)
@@ -104,8 +105,9 @@ class FakeService:
     def observe_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         self.observed_nodes.extend(n["metadata"]["name"] for n in nodes)  # not a verb: kept out of ``calls``
 
-    def warm_up(self) -> dict[str, int]:
+    async def warm_up(self) -> dict[str, int]:
         self.warmed_up += 1  # not a verb: kept out of ``calls``
+        self.warmed = True
         return {"nodes": 0, "evaluations": 0}
 
     async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:

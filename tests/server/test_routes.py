@@ -287,6 +287,16 @@ async def test_readyz_follows_backend_sync(client: Client, fake: FakeService) ->
     assert (response.status, await response.json()) == (200, {"status": "ready"})
 
 
+async def test_readyz_waits_for_the_warm_up_after_the_sync(client: Client, fake: FakeService) -> None:
+    fake.warmed = False  # synced, the caches not warm yet (``SchedulingService.warm_up`` running)
+    response = await client.get("/readyz")
+    assert (response.status, await response.json()) == (503, {"status": "not ready", "reason": "caches warming up"})
+    assert "dra_extender_ready 0.0" in await (await client.get("/metrics")).text()
+    fake.warmed = True
+    assert (await client.get("/readyz")).status == 200
+    assert "dra_extender_ready 1.0" in await (await client.get("/metrics")).text()
+
+
 async def test_metrics_text_has_every_family(client: Client, fake: FakeService) -> None:
     fake.outcome = FilterOutcome(["node-1"], failed={"node-2": "cannot allocate all claims"})
     await post(client, "/filter", {"Pod": pod(), "NodeNames": ["node-1", "node-2"]})

@@ -208,7 +208,7 @@ def test_filters_keep_devices_and_nodes() -> None:
 
 def test_the_class_filter_reads_the_selector_cache() -> None:
     _, service, device_map = make()
-    service.warm_up()  # as the server does at start: every class selector on every slice
+    service.cluster.warm_up()  # as the server does at start: every class selector on every slice
     stats = service.store.selectors.stats
     misses = stats.result_misses
     device_map.nodes(NodeFilter(device_class="big-gpu"))

@@ -184,13 +184,46 @@ async def test_claim_pinned_elsewhere_but_in_use_is_left_alone() -> None:
     assert DebugViews(svc).claim("default", "busy")["status"]["allocation"]  # type: ignore[index]
 
 
-def test_warm_up_fills_the_caches_a_first_filter_needs() -> None:
+async def test_warm_up_fills_the_caches_a_first_filter_needs() -> None:
     svc = service(cluster(claim("c1"), nodes=3, gpus=2))
-    report = svc.warm_up()
-    assert report == {"nodes": 3, "evaluations": 6}
+    assert not svc.warmed
+    report = await svc.warm_up()
+    assert report == {"nodes": 3, "evaluations": 6} and svc.warmed
     misses = svc.store.selectors.stats.result_misses
     assert svc.filter(pod("p", "c1"), ["node-1", "node-2", "node-3"]).node_names
     assert svc.store.selectors.stats.result_misses == misses  # nothing left to evaluate
+
+
+async def test_the_warm_up_lets_the_event_loop_run_as_it_goes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seconds of work at 15 000 nodes: with a slice of 0 s it pauses after every step, and a task
+    started with it runs between its steps instead of after it."""
+    monkeypatch.setattr("extender.state.service.WARM_UP_SLICE_SECONDS", 0.0)
+    svc = service(cluster(claim("c1"), nodes=4, gpus=2))
+    turns: list[bool] = []
+
+    async def other() -> None:
+        while not svc.warmed:
+            turns.append(svc.warmed)
+            await asyncio.sleep(0)
+
+    beside = asyncio.create_task(other())
+    assert await svc.warm_up() == {"nodes": 4, "evaluations": 8}
+    await beside
+    assert len(turns) >= 8  # at least one turn per node and per slice
+
+
+def test_a_slice_changed_while_the_warm_up_paused_is_skipped() -> None:
+    """What the store drops during a pause is not evaluated (its selector results would outlive it)."""
+    svc = service(cluster(claim("c1"), nodes=3, gpus=2))
+    steps: list[int] = []
+
+    def pace() -> None:  # at the first pause after the nodes, the watch drops node-3's slice
+        steps.append(1)
+        if len(steps) == 4:
+            svc.backend.delete("ResourceSlice", None, "node-3-gpus")  # type: ignore[attr-defined]
+
+    assert svc.cluster.warm_up(pace) == {"nodes": 3, "evaluations": 4}
+    assert len(steps) == 3 + 2  # a step per node, then per slice still current
 
 
 async def test_explain_reports_a_claim_pinned_elsewhere() -> None:

@@ -16,7 +16,7 @@ slice added or with more devices) and calls ``on_freed`` (the requeuer's ``nudge
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
 import structlog
@@ -55,7 +55,21 @@ class StoreFeeder:
 
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None:
         """A (re-)list: the store holds exactly ``items`` of this kind afterwards, except where
-        it already holds a newer version of an object (written by us since the list was served)."""
+        it already holds a newer version of an object (written by us since the list was served).
+        At once: the store may be answering requests (a re-list after a watch expired)."""
+        for _ in self._replacing(kind, items):
+            pass
+
+    async def fill(self, kind: str, items: list[dict[str, Any]], pause: Callable[[], Awaitable[None]]) -> None:
+        """``replace`` for a kind nothing is answered from yet (before its first complete list,
+        ``Backend.synced`` is false and every verb refuses), awaiting ``pause()`` after each
+        object: decoding 15 000 slices takes seconds, during which /healthz and the other kinds'
+        watches must go on. Nothing else changes this kind meanwhile (its watch starts after)."""
+        for _ in self._replacing(kind, items):
+            await pause()
+
+    def _replacing(self, kind: str, items: list[dict[str, Any]]) -> Iterator[None]:
+        """``replace``'s work, one object at a time (a step after each)."""
         versions = self._versions.setdefault(kind, {})
         keep: dict[str, dict[str, Any]] = {}
         for raw in items:
@@ -67,6 +81,7 @@ class StoreFeeder:
         for key in [k for k in self._present(kind) if k not in keep]:
             self._delete(kind, key)
             versions.pop(key, None)
+            yield
         self._tombstones.pop(kind, None)
         for key, raw in keep.items():
             version = resource_version(raw)
@@ -74,6 +89,7 @@ class StoreFeeder:
             if version is not None and known is not None and version < known and key in self._present(kind):
                 continue
             self._upsert(kind, key, raw, version)
+            yield
 
     def apply(self, event: str, obj: dict[str, Any]) -> None:
         """One watch event (ADDED, MODIFIED, DELETED)."""

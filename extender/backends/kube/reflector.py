@@ -2,7 +2,9 @@
 
 - ``iter_lines``: split a byte stream into lines ourselves; aiohttp's line reader gives up on lines
   above its buffer size, and one ResourceSlice event can be megabytes.
-- ``Reflector._list``: paged LIST (``limit``/``continue``) → ``sink.replace(kind, items)`` → synced.
+- ``Reflector._list``: paged LIST (``limit``/``continue``) → ``sink.fill(kind, items, pacer)`` the
+  first time (nothing is answered from the kind yet: the event loop runs between objects), then
+  ``sink.replace(kind, items)`` at once on a re-list → synced.
 - ``Reflector._watch``: one WATCH from a resourceVersion with bookmarks; takes the rv from every
   event (BOOKMARK included); ends quietly when the stream drops or goes silent; raises ``Gone`` on
   410 (as HTTP status or as an ERROR event).
@@ -32,6 +34,7 @@ import orjson
 import structlog
 
 from extender.core.errors import ApiUnavailable, Transient
+from extender.state.cooperative import Pacer
 
 from .client import KubeClient
 from .errors import AccessDenied, Gone
@@ -48,6 +51,8 @@ __all__ = [
 log = structlog.get_logger()
 
 Sleep = Callable[[float], Awaitable[None]]
+#: How long a first list fills the store before it lets the event loop run (``Sink.fill``).
+FILL_SLICE_SECONDS = 0.005
 _OBJECT_EVENTS = frozenset({"ADDED", "MODIFIED", "DELETED"})
 
 
@@ -142,6 +147,8 @@ class Sink(Protocol):
     """Where a reflector delivers objects (the backend's store feeder)."""
 
     def replace(self, kind: str, items: list[dict[str, Any]]) -> None: ...
+
+    async def fill(self, kind: str, items: list[dict[str, Any]], pause: Callable[[], Awaitable[None]]) -> None: ...
 
     def apply(self, event: str, obj: dict[str, Any]) -> None: ...
 
@@ -290,7 +297,10 @@ class Reflector:
             items, version = await self._list_pages()
         if not version:
             raise ApiUnavailable(f"list {self.resource.name}: the answer has no resourceVersion")
-        self.sink.replace(self.resource.kind, items)
+        if self.synced:  # a re-list: the store is answering requests, so all at once
+            self.sink.replace(self.resource.kind, items)
+        else:  # nothing is answered from this kind yet: let the event loop run as it fills
+            await self.sink.fill(self.resource.kind, items, Pacer(FILL_SLICE_SECONDS))
         self.problem = ""
         self.lists += 1
         self.list_seconds = self._clock() - started

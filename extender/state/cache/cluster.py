@@ -28,6 +28,10 @@ from extender.state.cache.pods import pod_identity, pod_uid
 __all__ = ["ClusterView", "WatchedSearch"]
 
 
+def _no_pause() -> None:
+    """``warm_up``'s pace when nothing else may run meanwhile (tests, the CLI)."""
+
+
 class ClusterView:
     """The backend's store plus the ledger; see the module docstring."""
 
@@ -149,29 +153,38 @@ class ClusterView:
             pod, self.store, self.ledger, from_templates=from_templates, classic_dra=self.backend.classic_dra
         )
 
-    def warm_up(self) -> dict[str, int]:
+    def warm_up(self, pace: Callable[[], None] = _no_pause) -> dict[str, int]:
         """Fill the caches a first filter would fill: every node's pools and every class selector
         on every slice, so the first pod after (re)start costs what the next ones cost. CEL errors
-        are cached as values and surface when a pod reaches the device, as usual."""
+        are cached as values and surface when a pod reaches the device, as usual.
+
+        ``pace`` is called after each step (``cooperative.Pacer.step`` under ``cooperative.run``:
+        at 15 000 nodes this is seconds of work, which must not stop the event loop). The store may
+        change while it pauses, so each step reads it afresh: the current snapshot, and only slices
+        still current."""
         store = self.store
-        snapshot = store.snapshot()
         names = store.known_node_names()
         for name in names:
             try:
-                snapshot.node_view(store.node(name), self.features)
+                store.snapshot().node_view(store.node(name), self.features)
             except ValueError:
                 continue  # a malformed node selector: reported when a pod tries the node
+            finally:
+                pace()
         evaluations = 0
-        for device_class in store.classes.values():
+        for device_class in list(store.classes.values()):
             for expression in device_class.selectors:
                 if expression is None:
                     continue
-                for slice_ in store.slices.values():
+                for key, slice_ in list(store.slices.items()):
+                    if store.slices.get(key) is not slice_:
+                        continue  # changed or gone while the warm-up paused
                     try:
                         store.selectors.results(expression, slice_)
                     except CelCompileError:
                         break  # reported when a pod uses the class
                     evaluations += len(slice_.devices)
+                    pace()
         return {"nodes": len(names), "evaluations": evaluations}
 
 

@@ -354,8 +354,10 @@ async def test_readyz_says_which_watch_was_refused_and_with_what(
     fake.token = "before"
     kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", fake.url, {"token": "before"})
     backend = KubeBackend.from_kubeconfig(str(kubeconfig), settings=SETTINGS)
-    client = await aiohttp_client(create_app(SchedulingService(backend=backend)))  # starts the backend
+    service = SchedulingService(backend=backend)
+    client = await aiohttp_client(create_app(service))  # starts the backend
     await backend.wait_synced(30)
+    await until(lambda: service.warmed)  # the warm-up after the sync
     assert (await client.get("/readyz")).status == 200
     with capture_logs() as logs:
         fake.token = "after"  # the API server no longer accepts our (static) token

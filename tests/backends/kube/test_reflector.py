@@ -251,3 +251,27 @@ async def test_cancellation_leaves_no_tasks(harness: Harness) -> None:
 def _client_side(tasks: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
     """Tasks other than the test server's own request handlers (it still serves the hang)."""
     return {t for t in tasks if not getattr(t.get_coro(), "__qualname__", "").startswith("RequestHandler.")}
+
+
+async def test_the_first_list_fills_the_store_a_step_at_a_time_and_a_relist_at_once(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first list of a kind lets the event loop run between objects (seconds of decoding at
+    15 000 slices, while nothing is answered from the kind); a re-list, when the store is
+    answering requests, replaces the kind at once: nothing ever sees the two lists mixed."""
+    monkeypatch.setattr("extender.backends.kube.reflector.FILL_SLICE_SECONDS", 0.0)  # pause at every step
+    api = harness.api
+    first = [device_class(f"c{i}", i + 1) for i in range(5)]
+    again = [device_class(f"d{i}", 20 + i) for i in range(5)]
+    api.lists = [api.page(first, "10"), api.page(again, "30")]
+    api.watches = [[event("ERROR", status(410, "too old", "Expired"))], [bookmark(31)]]
+    seen: list[frozenset[str]] = []
+    listing = asyncio.create_task(harness.reflector(max_cycles=4).run())
+    while not listing.done():
+        seen.append(frozenset(harness.store.classes))
+        await asyncio.sleep(0)
+    await listing
+    old, new = frozenset(f"c{i}" for i in range(5)), frozenset(f"d{i}" for i in range(5))
+    assert {len(s) for s in seen if s <= old} >= {1, 2, 3, 4}  # the first list, object by object
+    assert new in seen and all(s <= old or s == new for s in seen)  # the re-list: all at once
+    assert frozenset(harness.store.classes) == new
