@@ -234,6 +234,11 @@ class Quantity:
     def __bool__(self) -> bool:
         return self._nanos != 0
 
+    def exact_key(self) -> tuple[int, str, str]:
+        """What tells this quantity from every other, its written form included (``==`` and
+        ``hash`` ignore the form): equal only for quantities nothing can tell apart."""
+        return self._nanos, self._format, str(self)
+
     # --- text -----------------------------------------------------------------------------------
 
     def __str__(self) -> str:

@@ -21,6 +21,7 @@ from extender.core.cel.cost import static_cost
 from extender.core.cel.environment import FOLDABLE, FUNCTIONS
 from extender.core.cel.errors import CelCompileError
 from extender.core.cel.programs import Compiled, DriverEquals, Program
+from extender.core.cel.reads import device_reads
 from extender.core.cel.syntax import rewrite_optional_syntax, syntax_error
 from extender.core.cel.tree import MACROS, bare_ident, call_args, token
 
@@ -78,9 +79,10 @@ def compile_program(expression: str, *, consumable_capacity: bool = True) -> Pro
         root_type = static_type(tree)
         if root_type is not None and root_type != "bool":
             raise CelCompileError(f"must evaluate to bool or the unknown type, not {root_type}")
+        reads = device_reads(tree)  # before the binds are rewritten: the tree as written
         binds = _rewrite_binds(tree)
         function = _GENERATOR.program(tree, lambda node: _macro_of(node, binds))
-        return Compiled(function, static_cost(tree))
+        return Compiled(function, static_cost(tree), reads)
     except RecursionError:
         raise CelCompileError("expression recursion limit exceeded") from None
 

@@ -12,12 +12,17 @@ from celpy.evaluation import CELEvalError
 from extender.core.cel.celpy_glue import runtime_error_text
 from extender.core.cel.cost import COST, CostLimitExceeded
 from extender.core.cel.errors import CelRuntimeError
+from extender.core.cel.reads import KeyReader, Path, key_reader
 from extender.core.cel.stats import SelectorStats
 from extender.core.cel.values import type_name
 from extender.core.cel.view import Scope, ViewBuilder, device_poison
 from extender.core.model import ResourceSlice
 
-__all__ = ["Compiled", "DriverEquals", "Program", "SliceState"]
+__all__ = ["MEMO_SIZE", "Compiled", "DriverEquals", "Program", "SliceState"]
+
+#: Value combinations a selector remembers its verdict for (``Compiled``): a cluster's devices
+#: take a few dozen; a selector reading a unique field (a UUID) stops remembering here.
+MEMO_SIZE = 4096
 
 
 class SliceState:
@@ -65,19 +70,49 @@ class DriverEquals:
 
 
 class Compiled:
-    """A transpiled expression: ``function(scope)`` returns a CEL value or a CELEvalError."""
+    """A transpiled expression: ``function(scope)`` returns a CEL value or a CELEvalError.
 
-    __slots__ = ("base_cost", "function")
+    ``reads`` (``reads.device_reads``): the device paths the expression reads, when that is all
+    it reads of the device; the verdict is then remembered per combination of their values
+    (``memo``, up to ``MEMO_SIZE`` combinations), so that devices alike but for what the
+    expression does not look at are evaluated once."""
 
-    def __init__(self, function: Callable[[Scope], Any], base_cost: int) -> None:
+    __slots__ = ("_read_key", "base_cost", "function", "memo", "reads")
+
+    def __init__(self, function: Callable[[Scope], Any], base_cost: int, reads: tuple[Path, ...] | None = None) -> None:
         self.function = function
         self.base_cost = base_cost
+        self.reads = reads
+        self._read_key: KeyReader | None = key_reader(reads) if reads is not None else None
+        self.memo: dict[tuple[Any, ...], bool | CelRuntimeError] = {}
 
     def run(self, state: SliceState, stats: SelectorStats) -> tuple[bool | CelRuntimeError, ...]:
         views = state.views(stats)
-        stats.evaluations += len(views)
         evaluate = self.evaluate
-        return tuple(v if isinstance(v, CelRuntimeError) else evaluate(v) for v in views)
+        read_key = self._read_key
+        if read_key is None:
+            stats.evaluations += len(views)
+            return tuple(v if isinstance(v, CelRuntimeError) else evaluate(v) for v in views)
+        memo = self.memo
+        out: list[bool | CelRuntimeError] = []
+        for view in views:
+            if isinstance(view, CelRuntimeError):
+                out.append(view)
+                continue
+            key = read_key(view.device_fields())
+            try:
+                verdict = memo.get(key) if key is not None else None
+            except TypeError:  # an unhashable value (``read_key``)
+                key = verdict = None
+            if verdict is None:
+                verdict = evaluate(view)
+                stats.evaluations += 1
+                if key is not None and len(memo) < MEMO_SIZE:
+                    memo[key] = verdict
+            else:
+                stats.memo_hits += 1
+            out.append(verdict)
+        return tuple(out)
 
     def evaluate(self, scope: Scope) -> bool | CelRuntimeError:
         COST.spent = self.base_cost

@@ -21,3 +21,5 @@ class SelectorStats:
     fast_path: int = 0
     #: single-device CEL evaluations
     evaluations: int = 0
+    #: device verdicts taken from a selector's memo of values it read (``Compiled``)
+    memo_hits: int = 0

@@ -81,6 +81,11 @@ class Scope:
     def resolve_variable(self, name: str) -> Any:
         return self.__getattr__(name)
 
+    def device_fields(self) -> dict[str, Any]:
+        """The ``device`` map of a device's view (``ViewBuilder.build``)."""
+        fields: dict[str, Any] = self._cel_vars["device"]
+        return fields
+
     def _cel_nested(self, variables: dict[str, Any]) -> Scope:
         return Scope(variables, self)
 
