@@ -109,20 +109,25 @@ async def _warm_up(app: web.Application) -> None:
     then take them out of the garbage collector's reach. /readyz answers 503 until this is done."""
     start = time.perf_counter()
     service = app[SERVICE]
+    # The warm-up makes millions of objects that live as long as the process (device views, node
+    # views, selector results at 15 000 nodes): a full collection amid them would stop the event
+    # loop for a second or more, however the warm-up paces itself. No collection runs until they
+    # are frozen.
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         warmed = await service.warm_up()
     except Exception:  # an optimisation only: the first requests fill what is missing
         log.exception("caches.warm_up_failed")
         warmed = {}
-    collect_start = time.perf_counter()
-    # The cluster, its decoded model and the warm caches live as long as the process: move them out
-    # of the collector's reach, or every full collection rescans them (over a second at 5000 nodes,
-    # seen as filter latency spikes; docs/performance.md). Only the young generations are collected
-    # first: a full collection found next to nothing to free (70 objects at 15 000 nodes) and
-    # stopped the event loop for 2.5 s.
-    gc.collect(1)
-    gc.freeze()
-    collect_ms = round((time.perf_counter() - collect_start) * 1000, 1)
+    finally:
+        # The cluster, its decoded model and the warm caches: out of the collector's reach, or
+        # every full collection rescans them (over a second at 5000 nodes, seen as filter latency
+        # spikes; docs/performance.md). Without a collection first: one found next to nothing to
+        # free (70 objects at 15 000 nodes) and stopped the event loop for 2.5 s.
+        gc.freeze()
+        if collecting:
+            gc.enable()
     # Requests allocate many short-lived containers (parsed bodies, answers); with the default
     # generation-0 threshold of 700 the collector runs several times per request. Cycles are rare
     # here and refcounting frees the rest, so collect young objects less often: about 10 % less
@@ -131,7 +136,6 @@ async def _warm_up(app: web.Application) -> None:
     log.info(
         "caches.warmed",
         duration_ms=round((time.perf_counter() - start) * 1000, 1),
-        collect_ms=collect_ms,
         frozen_objects=gc.get_freeze_count(),
         **warmed,
     )

@@ -136,8 +136,11 @@ class Pacer:
         if self._due():
             await asyncio.sleep(0)
 
-    def step(self) -> None:
+    def step(self) -> bool:
         """In code that ``run`` may pause (a synchronous explanation, say): ``slice_ended`` once
-        the slice is used up; nothing outside ``run``."""
+        the slice is used up; nothing outside ``run``. Whether the event loop may have run (what
+        the caller read of shared state before may have changed)."""
         if self._due():
             slice_ended()
+            return can_pause()
+        return False

@@ -17,6 +17,7 @@ import pytest
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.answers import CANNOT_ALLOCATE, NO_CLASS_DEVICES, NOT_AVAILABLE
 from extender.core.errors import DoesNotFit, ExtenderError, WriteConflict
+from extender.state.filter import verdicts as verdicts_module
 from extender.state.service import DELETE_PROTECTION_FINALIZER, SchedulingService
 from extender.views.debug import DebugViews
 from tests.manifests import claim, cluster, node, pod, template
@@ -194,6 +195,19 @@ async def test_warm_up_fills_the_caches_a_first_filter_needs() -> None:
     assert svc.store.selectors.stats.result_misses == misses  # nothing left to evaluate
 
 
+async def test_after_the_warm_up_a_first_prioritize_computes_no_device_usage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Device usage is per node, whatever the pod: counted at the warm-up, a new shape's first
+    prioritize over 15 000 nodes only scores them."""
+    svc = service(cluster(claim("c1"), nodes=3, gpus=2))
+    await svc.warm_up()
+    assert all(svc.store.fits.usage(name) is not None for name in ["node-1", "node-2", "node-3"])
+    counted: list[str] = []
+    real = verdicts_module.node_device_usage
+    monkeypatch.setattr(verdicts_module, "node_device_usage", lambda *a, **k: counted.append("x") or real(*a, **k))
+    hosts, scores = svc.prioritize_columns(pod("p", "c1"), ["node-1", "node-2", "node-3"])
+    assert list(hosts) == ["node-1", "node-2", "node-3"] and len(scores) == 3 and counted == []
+
+
 async def test_the_warm_up_lets_the_event_loop_run_as_it_goes(monkeypatch: pytest.MonkeyPatch) -> None:
     """Seconds of work at 15 000 nodes: with a slice of 0 s it pauses after every step, and a task
     started with it runs between its steps instead of after it."""
@@ -217,10 +231,11 @@ def test_a_slice_changed_while_the_warm_up_paused_is_skipped() -> None:
     svc = service(cluster(claim("c1"), nodes=3, gpus=2))
     steps: list[int] = []
 
-    def pace() -> None:  # at the first pause after the nodes, the watch drops node-3's slice
+    def pace() -> bool:  # at the first pause after the nodes, the watch drops node-3's slice
         steps.append(1)
         if len(steps) == 4:
             svc.backend.delete("ResourceSlice", None, "node-3-gpus")  # type: ignore[attr-defined]
+        return True
 
     assert svc.cluster.warm_up(pace) == {"nodes": 3, "evaluations": 4}
     assert len(steps) == 3 + 2  # a step per node, then per slice still current

@@ -168,3 +168,29 @@ def test_a_claim_of_another_size_is_another_shape() -> None:
     one = svc.cluster.claims(svc.cluster.pod(pod("p", "one")))
     two = svc.cluster.claims(svc.cluster.pod(pod("q", "two")))
     assert svc.verdicts.shape(one) != svc.verdicts.shape(two)
+
+
+async def test_scoring_that_lets_the_loop_run_leaves_out_a_node_changed_meanwhile_and_scores_it_next(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new shape's first prioritize over many nodes pauses between nodes; a node whose devices
+    change during a pause (another pod bound there) is scored 0 in that answer at worst, never
+    from what it was, and the next prioritize of the list scores it from what it is."""
+    monkeypatch.setattr("extender.state.filter.verdicts.DEFAULT_SLICE_SECONDS", 0.0)  # pause after every node
+    names = [f"node-{i}" for i in range(1, 7)]
+    objects = cluster(claim("c1"), claim("c2"), pod("p", "c1"), pod("q", "c2"), nodes=6, gpus=2)
+    svc = service(objects, hold_seconds=0)
+    assert svc.filter(pod("p", "c1"), names).node_names == names
+    binding = asyncio.create_task(svc.bind("default", "q", "uid-q", "node-3"))  # runs at the first pause
+    hosts, during = await svc.prioritize_cooperatively(pod("p", "c1"), names)
+    await binding
+    svc.filter(pod("p", "c1"), names)
+    now = list(svc.prioritize_columns(pod("p", "c1"), names)[1])
+    assert list(hosts) == names and now[2] > now[0] == now[1] == now[3]  # binpack: node-3 is half used
+    fresh = service(objects, hold_seconds=0)
+    await fresh.bind("default", "q", "uid-q", "node-3")
+    fresh.filter(pod("p", "c1"), names)
+    assert list(fresh.prioritize_columns(pod("p", "c1"), names)[1]) == now
+    others = [n for n in names if n != "node-3"]  # scores are relative: without node-3, they are these
+    left_out = list(fresh.prioritize_columns(pod("p", "c1"), others)[1])
+    assert during in (now, [*left_out[:2], 0, *left_out[2:]])  # never node-3 as it was before the bind

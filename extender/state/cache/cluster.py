@@ -16,8 +16,9 @@ from typing import Any
 from extender.core.allocator import Allocator
 from extender.core.budget import DEFAULT_FILTER_TIMEOUT_SECONDS, DEFAULT_SLICE_SECONDS, SearchBudget
 from extender.core.cel import CelCompileError
-from extender.core.model import AllocatedState, Features
+from extender.core.model import AllocatedState, DeviceID, Features
 from extender.core.pools import PoolNodeSelectionError
+from extender.core.scoring import node_device_usage
 from extender.state import cooperative
 from extender.state.backend import Backend
 from extender.state.cache.claims import PodClaims, resolve_pod_claims
@@ -28,8 +29,9 @@ from extender.state.cache.pods import pod_identity, pod_uid
 __all__ = ["ClusterView", "WatchedSearch"]
 
 
-def _no_pause() -> None:
+def _no_pause() -> bool:
     """``warm_up``'s pace when nothing else may run meanwhile (tests, the CLI)."""
+    return False
 
 
 class ClusterView:
@@ -153,24 +155,34 @@ class ClusterView:
             pod, self.store, self.ledger, from_templates=from_templates, classic_dra=self.backend.classic_dra
         )
 
-    def warm_up(self, pace: Callable[[], None] = _no_pause) -> dict[str, int]:
-        """Fill the caches a first filter would fill: every node's pools and every class selector
-        on every slice, so the first pod after (re)start costs what the next ones cost. CEL errors
-        are cached as values and surface when a pod reaches the device, as usual.
+    def warm_up(self, pace: Callable[[], bool] = _no_pause) -> dict[str, int]:
+        """Fill the caches a first filter and prioritize would fill: every node's pools and device
+        usage, every class selector on every slice, so the first pod after (re)start costs what
+        the next ones cost. CEL errors are cached as values and surface when a pod reaches the
+        device, as usual.
 
-        ``pace`` is called after each step (``cooperative.Pacer.step`` under ``cooperative.run``:
-        at 15 000 nodes this is seconds of work, which must not stop the event loop). The store may
-        change while it pauses, so each step reads it afresh: the current snapshot, and only slices
-        still current."""
-        store = self.store
+        ``pace`` is called after each step and says whether it let the event loop run
+        (``cooperative.Pacer.step`` under ``cooperative.run``: at 15 000 nodes this is seconds of
+        work, which must not stop the event loop). The store may change while it pauses, so each
+        step reads it afresh: the current snapshot and allocations, and only slices still current."""
+        store, fits = self.store, self.store.fits
         names = store.known_node_names()
+        shared: set[DeviceID] | None = None  # devices some claim holds a share of, while no pause
         for name in names:
             try:
-                store.snapshot().node_view(store.node(name), self.features)
+                snapshot, node = store.snapshot(), store.node(name)
+                view = snapshot.node_view(node, self.features)
+                if fits.usage(name) is None:
+                    allocated = store.in_use_state()
+                    if shared is None:
+                        shared = {share.device for share in allocated.shared_ids}
+                    usage = node_device_usage(snapshot, node, allocated, self.features, shared_devices=shared)
+                    fits.remember_usage(name, view, usage)
             except ValueError:
                 continue  # a malformed node selector: reported when a pod tries the node
             finally:
-                pace()
+                if pace():
+                    shared = None
         evaluations = 0
         for device_class in list(store.classes.values()):
             for expression in device_class.selectors:

@@ -23,12 +23,14 @@ from itertools import count, filterfalse
 
 from extender.core.allocator import Allocation, NodeAnswer
 from extender.core.answers import Unresolvable
+from extender.core.budget import DEFAULT_SLICE_SECONDS
 from extender.core.extended import CANNOT_FIT_RESOURCE
 from extender.core.model import Features
 from extender.core.scoring import DeviceUsage, ScoringCandidate, node_device_usage, raw_scores
 from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
 from extender.state.cache.fit_cache import ShapeVerdicts, Verdict, remember
+from extender.state.cooperative import Pacer
 
 __all__ = ["Candidates", "DuplicateNodes", "FilterOutcome", "VerdictCache"]
 
@@ -264,12 +266,15 @@ class VerdictCache:
         where the pod does not fit. Kept per candidate list and brought up to date from the nodes
         dropped since (a bind drops one or two), so that a repeated prioritize touches those only.
         Raises DuplicateNodes if a fitting node is listed twice."""
+        # What is dropped from here on (also while scoring lets the loop run: ``_raw_codes``) is
+        # scored again at the next request for this list.
+        mark = verdicts.drops
         key = (attribute, candidates.serial)
         kept = verdicts.columns.get(key)
         node_names, names = candidates.names, candidates.unique
         if kept is not None and len(names) == len(node_names):
-            mark, codes = kept
-            changed = verdicts.dropped_since(mark)
+            since, codes = kept
+            changed = verdicts.dropped_since(since)
             if changed is not None:
                 positions = candidates.positions()
                 stale = {name for name in changed if name in positions}
@@ -277,7 +282,7 @@ class VerdictCache:
                     fresh = self._raw_codes(verdicts, stale.difference(verdicts.failing), attribute)
                     for name in stale:
                         codes[positions[name]] = fresh.get(name)
-                verdicts.columns[key] = (verdicts.drops, codes)
+                verdicts.columns[key] = (mark, codes)
                 return codes
         # Set operations run in C: this is per node. The scheduler asks about the filter's
         # survivors: usually none of them fails.
@@ -290,7 +295,7 @@ class VerdictCache:
         # ``remembered`` may hold nodes this request did not ask about, never a failing one
         remembered = self._raw_codes(verdicts, fitting, attribute)
         codes = list(map(remembered.get, node_names))
-        remember(verdicts.columns, key, (verdicts.drops, codes))
+        remember(verdicts.columns, key, (mark, codes))
         return codes
 
     def _raw_codes(self, verdicts: ShapeVerdicts, fitting: set[str], attribute: str | None) -> dict[str, int]:
@@ -300,11 +305,18 @@ class VerdictCache:
         unscored = fitting.difference(remembered)
         if unscored:
             usage = self._usage(unscored)
+            # A new shape over 15 000 nodes: tens of milliseconds. Under ``cooperative.run`` the
+            # loop runs every slice; a node whose verdict or usage changed meanwhile (dropped from
+            # the table, its usage forgotten) is left out of this answer, and scored at the next.
+            pace, by_node, fits = Pacer(DEFAULT_SLICE_SECONDS).step, verdicts.by_node, self.store.fits
             for name in unscored:
-                allocation = verdicts.by_node[name]
-                assert isinstance(allocation, Allocation)
+                allocation = by_node.get(name)
+                if not isinstance(allocation, Allocation) or name not in usage:
+                    continue  # dropped while the loop ran
                 candidate = ScoringCandidate(allocation, usage[name])
                 remembered[name] = verdicts.code(raw_scores(candidate, attribute))
+                if pace():
+                    usage = {node: used for node, used in usage.items() if fits.usage(node) is used}
         return remembered
 
     def _usage(self, node_names: Iterable[str]) -> dict[str, DeviceUsage]:
