@@ -309,14 +309,13 @@ class VerdictCache:
             # loop runs every slice; a node whose verdict or usage changed meanwhile (dropped from
             # the table, its usage forgotten) is left out of this answer, and scored at the next.
             pace, by_node, fits = Pacer(DEFAULT_SLICE_SECONDS).step, verdicts.by_node, self.store.fits
+            paused = False
             for name in unscored:
-                allocation = by_node.get(name)
-                if not isinstance(allocation, Allocation) or name not in usage:
+                allocation, used = by_node.get(name), usage[name]
+                if not isinstance(allocation, Allocation) or (paused and fits.usage(name) is not used):
                     continue  # dropped while the loop ran
-                candidate = ScoringCandidate(allocation, usage[name])
-                remembered[name] = verdicts.code(raw_scores(candidate, attribute))
-                if pace():
-                    usage = {node: used for node, used in usage.items() if fits.usage(node) is used}
+                remembered[name] = verdicts.code(raw_scores(ScoringCandidate(allocation, used), attribute))
+                paused = pace() or paused
         return remembered
 
     def _usage(self, node_names: Iterable[str]) -> dict[str, DeviceUsage]:
