@@ -127,3 +127,28 @@ def test_a_selector_reading_a_unique_value_stops_remembering_at_the_bound() -> N
     program = compile_program(expression)
     assert isinstance(program, Compiled)
     assert cache.stats.evaluations == MEMO_SIZE + 10 and cache.stats.memo_hits == 0
+
+
+def test_an_outcome_that_depends_on_where_it_ran_is_not_remembered() -> None:
+    """A library fault or the recursion limit (deeper in a filter than in the warm-up) is this
+    evaluation's, not the values': the next device with the same values is evaluated again."""
+    calls: list[int] = []
+
+    def function(scope: object) -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RecursionError
+        if len(calls) == 2:
+            raise KeyError("a bug")
+        return True
+
+    program = Compiled(function, 1, (("driver",),))
+    slice_ = ResourceSlice(name="s", driver=D, pool=PoolRef("p", 1, 1), devices=TRICKY[:1])
+    outcomes = [program.run(SliceState(slice_, consumable_capacity=True), SelectorStats())[0] for _ in range(4)]
+    assert [_text(o) for o in outcomes] == [
+        "max recursion depth exceeded",
+        "internal error: KeyError('a bug')",
+        True,
+        True,
+    ]
+    assert len(calls) == 3  # the fourth from the memo

@@ -88,6 +88,10 @@ class StoreFeeder:
             known = versions.get(key)
             if version is not None and known is not None and version < known and key in self._present(kind):
                 continue
+            stones = self._tombstones.get(kind)
+            gone = stones.get(key) if stones is not None else None
+            if version is not None and gone is not None and version <= gone:
+                continue  # our own DELETE (``removed``) while a fill paused: not back from the list
             self._upsert(kind, key, raw, version)
             yield
 

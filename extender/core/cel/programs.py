@@ -107,7 +107,7 @@ class Compiled:
             if verdict is None:
                 verdict = evaluate(view)
                 stats.evaluations += 1
-                if key is not None and len(memo) < MEMO_SIZE:
+                if key is not None and len(memo) < MEMO_SIZE and not _depends_on_the_caller(verdict):
                     memo[key] = verdict
             else:
                 stats.memo_hits += 1
@@ -123,9 +123,9 @@ class Compiled:
         except CELEvalError as exc:
             return runtime_error(exc)
         except RecursionError:
-            return CelRuntimeError("max recursion depth exceeded")
+            return CelRuntimeError(_RECURSION)
         except Exception as exc:  # a fault in a library function must not crash the caller
-            return CelRuntimeError(f"internal error: {exc!r}")
+            return CelRuntimeError(f"{_INTERNAL}{exc!r}")
         if isinstance(value, (celtypes.BoolType, bool)):
             return bool(value)
         if isinstance(value, CELEvalError):
@@ -134,6 +134,17 @@ class Compiled:
 
 
 Program = DriverEquals | Compiled
+
+#: Outcomes that depend on where the evaluation ran, not on the device: how deep the stack was
+#: (a filter deep in the allocator is deeper than the warm-up), a fault of a library function.
+_RECURSION = "max recursion depth exceeded"
+_INTERNAL = "internal error: "
+
+
+def _depends_on_the_caller(verdict: bool | CelRuntimeError) -> bool:
+    return isinstance(verdict, CelRuntimeError) and (
+        verdict.message == _RECURSION or verdict.message.startswith(_INTERNAL)
+    )
 
 
 def runtime_error(error: CELEvalError) -> CelRuntimeError:

@@ -237,6 +237,24 @@ def test_feeder_tombstone_stops_a_late_write_from_resurrecting() -> None:
     assert "default/c" in store.claims
 
 
+async def test_a_fill_does_not_bring_back_what_our_own_delete_removed_while_it_paused() -> None:
+    """A re-list after a 401 fills the store a step at a time; a claim our DELETE removed during a
+    pause is not upserted again from the older list."""
+    store = ObjectStore()
+    feeder = StoreFeeder(store)
+    feeder.replace("ResourceClaim", [_claim("a", 3), _claim("b", 4)])
+    steps: list[int] = []
+
+    async def pause() -> None:
+        steps.append(1)
+        if len(steps) == 1:  # after the first object: our DELETE of "b" answers
+            feeder.removed(_claim("b", 9))
+
+    await feeder.fill("ResourceClaim", [_claim("a", 5), _claim("b", 4)], pause)
+    assert sorted(store.claims) == ["default/a"]
+    assert store.raw_claims["default/a"]["metadata"]["resourceVersion"] == "5"
+
+
 def test_feeder_replace_removes_what_the_list_lacks_and_drops_managed_fields() -> None:
     store = ObjectStore()
     feeder = StoreFeeder(store)
