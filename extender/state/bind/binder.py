@@ -148,6 +148,10 @@ class Binder:
         self.binding_wait_seconds = binding_wait_seconds
         # Binds waiting for their devices' binding conditions, by pod key.
         self._condition_waiters: dict[str, list[asyncio.Event]] = {}
+        #: Pods whose bind has announced its pending binding conditions and waits for the driver's
+        #: report (``waiting_for_conditions``); the waiters above are registered before, so that no
+        #: report is missed while the announcement is written.
+        self._announced_waits: dict[str, int] = {}
         self.deadline_seconds = deadline_seconds
         self.binding = binding
         self.classic = classic if classic is not None else ClassicNegotiator(cluster)
@@ -454,8 +458,9 @@ class Binder:
 
     def waiting_for_conditions(self, pod_key: str) -> bool:
         """Whether a bind of the pod (``namespace/name``) is waiting right now for its devices'
-        binding conditions (``_await_binding_conditions``); read only, for tests."""
-        return pod_key in self._condition_waiters
+        binding conditions, its pending state announced (``_await_binding_conditions``: the
+        nominatedNodeName written or failed, the Event queued); read only, for tests."""
+        return pod_key in self._announced_waits
 
     def _binding_verdicts(self, keys: list[str]) -> list[tuple[ResourceClaim, BindingVerdict]] | None:
         """Each claim's binding verdict, None when none of the claims has binding conditions.
@@ -481,9 +486,10 @@ class Binder:
         uid = pod_uid(decision.pod)
         until = min(self.clock() + self.binding_wait_seconds, writes_by - 1.0)
         event = asyncio.Event()
-        waiters = self._condition_waiters.setdefault(decision.claims.pod_key, [])
+        pod_key = decision.claims.pod_key
+        waiters = self._condition_waiters.setdefault(pod_key, [])
         waiters.append(event)
-        announced = False
+        announced = waiting = False
         try:
             while True:
                 event.clear()  # before reading: a report arriving from now on wakes the wait below
@@ -504,13 +510,20 @@ class Binder:
                 remaining = until - self.clock()
                 if remaining <= 0:
                     raise BindingConditionsPending(message, node=decision.node)
+                if not waiting:
+                    waiting = True
+                    self._announced_waits[pod_key] = self._announced_waits.get(pod_key, 0) + 1
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(remaining):  # no task per wake-up, as wait_for makes
                         await event.wait()
         finally:
             waiters.remove(event)
             if not waiters:
-                self._condition_waiters.pop(decision.claims.pod_key, None)
+                self._condition_waiters.pop(pod_key, None)
+            if waiting:
+                left = self._announced_waits.pop(pod_key) - 1
+                if left:
+                    self._announced_waits[pod_key] = left
 
     def _current(self, pod: Mapping[str, Any]) -> Mapping[str, Any]:
         """The pod as the store holds it now (its status may have moved since the bind read it),

@@ -92,7 +92,13 @@ async def test_a_bind_waits_for_the_drivers_condition_through_the_watch(fake: Fa
     backend = await started(fake, *objects)
     service = SchedulingService(backend=backend, binding_wait_seconds=3600)  # a bound against a hang
     try:
+        # The nominatedNodeName write is held: until it is answered the bind is not "waiting" (a
+        # test that read the pod at that hook raced the write before, and failed about half the time).
+        gate = fake.hold("PATCH", r"/pods/p1/status$")
         bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
+        await gate.arrived()
+        assert not service.binder.waiting_for_conditions("default/p1") and not bind.done()
+        gate.release()
         await until(lambda: service.binder.waiting_for_conditions("default/p1") or bind.done())
         assert not bind.done(), bind.exception()
         pod = fake.get_object("Pod", "default", "p1")
