@@ -202,7 +202,12 @@ class KubeBackend:
             self._gc_paused = True
         for resource in self._resources():
             reflector = Reflector(
-                self.client, resource, self.feeder, settings=self.settings.watch, on_synced=self._reflector_synced
+                self.client,
+                resource,
+                self.feeder,
+                settings=self.settings.watch,
+                on_synced=self._reflector_synced,
+                on_list_failed=self._list_failed,
             )
             self.reflectors[resource.kind] = reflector
             self._tasks.append(self._guarded(reflector.run(), f"watch {resource.plural}"))
@@ -401,6 +406,12 @@ class KubeBackend:
         if self._gc_paused:
             self._gc_paused = False
             gc.enable()
+
+    def _list_failed(self, reflector: Reflector) -> None:
+        """A kind's LIST failed or was refused: the first sync may be long in coming (a missing
+        RBAC rule waits for an operator), and the collector, paused for the initial lists, must
+        not stay off meanwhile."""
+        self._resume_gc()
 
     def _reflector_synced(self, reflector: Reflector) -> None:
         log.info("kube.kind_synced", kind=reflector.resource.kind, objects=self.feeder.count(reflector.resource.kind))

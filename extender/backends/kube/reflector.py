@@ -193,6 +193,7 @@ class Reflector:
         rng: random.Random | None = None,
         max_cycles: int | None = None,
         on_synced: Callable[[Reflector], None] | None = None,
+        on_list_failed: Callable[[Reflector], None] | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
@@ -203,6 +204,8 @@ class Reflector:
         self._clock = clock
         self._backoff = Backoff(settings, rng)
         self._on_synced = on_synced
+        #: Called when a LIST fails or is refused (before the backoff's sleep).
+        self._on_list_failed = on_list_failed
         #: True from the first complete LIST on (a re-list keeps serving the old, complete view).
         self.synced = False
         #: The last resourceVersion seen (list, event or bookmark): where a watch resumes.
@@ -227,6 +230,8 @@ class Reflector:
                     await self._list_then_watch()
                 except Transient as exc:  # the LIST failed (5xx, 429, timeout, 410 twice)
                     self.problem = f"list {self.resource.name} failed, retrying: {exc.reason}"
+                    if self._on_list_failed is not None:
+                        self._on_list_failed(self)
                     delay = self._backoff.next()
                     log.warning(
                         "watch.list_failed", resource=self.resource.name, reason=exc.reason, retry_in_s=round(delay, 2)
@@ -275,6 +280,8 @@ class Reflector:
         per identity, verb and resource."""
         self.synced = False
         self.problem = f"{exc.reason}; retrying"
+        if self._on_list_failed is not None:
+            self._on_list_failed(self)
         delay = self._backoff.next()
         log.debug("watch.refused", resource=self.resource.name, reason=exc.reason, retry_in_s=round(delay, 2))
         await self._sleep(delay)

@@ -8,6 +8,7 @@ errors (unreachable, 403 naming verb and resource, unserved API) and a clean sto
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -399,3 +400,18 @@ async def test_an_event_that_cannot_be_written_does_not_stop_scheduling(fake: Fa
     assert backend.synced and backend.failure is None
     await service.bind("default", "p2", "uid-p2", "node-1")
     assert node_of(fake, "p2") == "node-1"
+
+
+@pytest.mark.parametrize("status", [503, 403])
+async def test_the_collector_runs_again_while_a_kind_cannot_be_listed(fake: FakeApiServer, status: int) -> None:
+    """The collector is paused for the first lists (they are frozen once synced); a kind whose
+    LIST keeps failing (a missing RBAC rule, etcd down) must not leave it off until someone acts."""
+    fake.fail("GET", "/apis/resource.k8s.io/v1/resourceslices", status=status, times=None, message="no")
+    backend = KubeBackend(ClusterConfig(host=fake.url), settings=settings(freeze_gc=True, check_access=False))
+    try:
+        await backend.start()
+        await until(lambda: bool(backend.reflectors["ResourceSlice"].problem))
+        assert gc.isenabled() and not backend.synced
+    finally:
+        await backend.stop()
+        gc.enable()
