@@ -34,6 +34,21 @@ def test_the_installed_celpy_passes_the_canary() -> None:
     assert generator.globals["_lazy_and"] is operators.lazy_and
 
 
+def test_the_canary_runs_from_an_empty_meter_and_leaves_it_as_it_was() -> None:
+    """An evaluation that ran out of its budget leaves the meter over the limit; the canary (run
+    whenever a generator is made: at import, and by tests) must not inherit that (it failed
+    whenever such a test ran first, in the suite's random order)."""
+    from extender.core.cel.cost import COST
+
+    spent = COST.spent
+    COST.spent = COST.limit + 1
+    try:
+        make_generator()
+        assert COST.spent == COST.limit + 1
+    finally:
+        COST.spent = spent
+
+
 @pytest.mark.parametrize(
     ("attribute", "rewrite"),
     [

@@ -52,6 +52,7 @@ from celpy.evaluation import (
 )
 
 import extender
+from extender.core.cel.cost import COST
 from extender.core.cel.errors import CelCompileError, CelEngineError
 from extender.core.cel.tree import MACROS, RULES_USED, call_args, token
 from extender.core.cel.values import CelMessage
@@ -325,10 +326,15 @@ class Generator:
         left = [form for form in _LEFTOVERS if form in source]
         if left:
             raise _mismatch(f"its generated code still contains {left} after rewriting")
+        # The canary is metered like any evaluation: from zero, not from what the last evaluation
+        # left on the meter (one that ran out of its budget leaves it over the limit).
+        spent, COST.spent = COST.spent, 0
         try:
             value = function(_CanaryScope({}))
         except Exception as exc:
             raise _mismatch(f"running the canary selector failed: {exc!r}") from exc
+        finally:
+            COST.spent = spent
         if not (isinstance(value, (celtypes.BoolType, bool)) and value):
             raise _mismatch(f"the canary selector evaluated to {value!r}, not true")
 
