@@ -395,6 +395,7 @@ class KubeBackend:
                 self.failure = exc
                 self._failure_reason = f"{name}: {getattr(exc, 'reason', None) or f'{type(exc).__name__}: {exc}'}"
                 log.exception("kube.task_failed", task=name, reason=getattr(exc, "reason", str(exc)))
+                self._resume_gc()  # no first sync is coming: the collector must not stay paused
                 if self._synced_event is not None:
                     self._synced_event.set()
             else:

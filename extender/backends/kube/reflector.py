@@ -204,7 +204,7 @@ class Reflector:
         self._clock = clock
         self._backoff = Backoff(settings, rng)
         self._on_synced = on_synced
-        #: Called when a LIST fails or is refused (before the backoff's sleep).
+        #: Called when a LIST fails, or a LIST or WATCH is refused (before the backoff's sleep).
         self._on_list_failed = on_list_failed
         #: True from the first complete LIST on (a re-list keeps serving the old, complete view).
         self.synced = False

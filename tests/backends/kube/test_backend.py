@@ -415,3 +415,17 @@ async def test_the_collector_runs_again_while_a_kind_cannot_be_listed(fake: Fake
     finally:
         await backend.stop()
         gc.enable()
+
+
+async def test_the_collector_runs_again_when_a_watch_dies_before_the_first_sync(fake: FakeApiServer) -> None:
+    """An unexpected answer to a first LIST stops that kind for good (the backend is not ready,
+    the failure says why): no first sync is coming, so the collector must not stay paused."""
+    fake.fail("GET", "/apis/resource.k8s.io/v1/resourceslices", status=418, times=None, message="teapot")
+    backend = KubeBackend(ClusterConfig(host=fake.url), settings=settings(freeze_gc=True, check_access=False))
+    try:
+        await backend.start()
+        await until(lambda: backend.failure is not None)
+        assert gc.isenabled() and not backend.synced
+    finally:
+        await backend.stop()
+        gc.enable()
