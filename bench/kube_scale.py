@@ -43,7 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,7 +53,7 @@ import orjson
 from bench import cluster_gen
 from bench.common import cpu_seconds, free_port, percentile
 from bench.http_client import LeanClient
-from bench.real_scheduler import SETUP_CONCURRENCY, Client, _bounded
+from bench.real_scheduler import SETUP_CONCURRENCY, AdminPlane, Client, _bounded
 from bench.service import rss_mb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -201,50 +201,25 @@ class Prober:
             await asyncio.sleep(max(0.0, due - time.perf_counter()))
 
 
-class Scale:
+class Scale(AdminPlane):
     """The control plane and cluster for one size (context manager), then ``measure``."""
 
     def __init__(self, assets: Any, folder: Path, nodes: int, gpus: int, nics: int) -> None:
-        from tests.controlplane.cluster import ControlPlane, Options
-
-        self.folder = folder
+        super().__init__(assets, folder)
         self.nodes, self.gpus, self.nics = nodes, gpus, nics
-        self.plane = ControlPlane(assets, folder, Options())
         self.result = Result(nodes, gpus + nics)
 
-    def __enter__(self) -> Scale:
-        from tests.e2e.harness import Deployment
-
-        self.plane.start()
-        try:
-            self.deployment = Deployment(self.plane)
-            pair = self.plane.client_pair("bench-admin", "bench-admin", "system:masters")
-            assert self.plane.pki is not None
-            self.ca, self.cert, self.key = self.plane.pki.ca.pair.cert, pair.cert, pair.key
-            objects = cluster_objects(self.nodes, self.gpus, self.nics)
-            self.node_names = [o["metadata"]["name"] for o in objects if o["kind"] == "Node"]
-            started = time.monotonic()
-            self.result.objects = asyncio.run(self._with_client(lambda c: create_objects(c, objects)))
-            self.result.setup_s = round(time.monotonic() - started, 1)
-            self.plane.admin.create(
-                "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
-            )
-            for name, devices in (WARM, *NEW_SHAPES):
-                self.plane.admin.create(f"/apis/{V1}/namespaces/{NAMESPACE}/resourceclaims", _claim(name, devices))
-        except BaseException:
-            self.plane.stop()
-            raise
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.plane.stop()
-
-    async def _with_client(self, work: Callable[[Client], Awaitable[Any]]) -> Any:
-        client = Client(self.plane.server, self.ca, self.cert, self.key)
-        try:
-            return await work(client)
-        finally:
-            await client.close()
+    def _populate(self) -> None:
+        objects = cluster_objects(self.nodes, self.gpus, self.nics)
+        self.node_names = [o["metadata"]["name"] for o in objects if o["kind"] == "Node"]
+        started = time.monotonic()
+        self.result.objects = asyncio.run(self._with_client(lambda c: create_objects(c, objects)))
+        self.result.setup_s = round(time.monotonic() - started, 1)
+        self.plane.admin.create(
+            "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        )
+        for name, devices in (WARM, *NEW_SHAPES):
+            self.plane.admin.create(f"/apis/{V1}/namespaces/{NAMESPACE}/resourceclaims", _claim(name, devices))
 
     def measure(self, requests: int, timeout: float) -> Result:
         port = free_port()

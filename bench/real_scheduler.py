@@ -68,7 +68,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import aiohttp
 import orjson
@@ -638,7 +638,52 @@ def cleanup(admin: Any, namespace: str) -> float:
 # --- the runs of one size ---------------------------------------------------------------------------------------
 
 
-class Bench:
+class AdminPlane:
+    """A real control plane (``tests/controlplane``) with ``deploy/base`` applied (its namespace,
+    ServiceAccount and RBAC; ``deployment`` has its token) and an admin client certificate, as a
+    context manager: the plane is stopped on exit, or when ``_populate`` (a subclass's cluster)
+    fails. ``_with_client`` runs coroutines with an admin ``Client``."""
+
+    def __init__(self, assets: Any, folder: Path) -> None:
+        from tests.controlplane.cluster import ControlPlane, Options
+
+        self.folder = folder
+        self.plane = ControlPlane(assets, folder, Options())
+        #: seconds to start the plane and apply deploy/base
+        self.control_plane_s = 0.0
+
+    def __enter__(self) -> Self:
+        from tests.e2e.harness import Deployment
+
+        started = time.monotonic()
+        self.plane.start()
+        try:
+            self.deployment = Deployment(self.plane)
+            self.control_plane_s = time.monotonic() - started
+            pair = self.plane.client_pair("bench-admin", "bench-admin", "system:masters")
+            assert self.plane.pki is not None
+            self.ca, self.cert, self.key = self.plane.pki.ca.pair.cert, pair.cert, pair.key
+            self._populate()
+        except BaseException:
+            self.plane.stop()
+            raise
+        return self
+
+    def _populate(self) -> None:
+        """Create the cluster on the started plane (subclasses)."""
+
+    def __exit__(self, *_: object) -> None:
+        self.plane.stop()
+
+    async def _with_client(self, work: Callable[[Client], Any]) -> Any:
+        client = Client(self.plane.server, self.ca, self.cert, self.key)
+        try:
+            return await work(client)
+        finally:
+            await client.close()
+
+
+class Bench(AdminPlane):
     """One control plane for one cluster size: its setup, then the runs."""
 
     def __init__(
@@ -651,58 +696,31 @@ class Bench:
         prefill: float = 0.0,
         prefill_layout: str = "packed",
     ) -> None:
-        from tests.controlplane.cluster import ControlPlane, Options
-
-        self.folder = folder
+        super().__init__(assets, folder)
         self.nodes, self.devices, self.seed = nodes, devices, seed
         #: GPUs taken before the runs, by node (``--prefill``)
         self.prefilled = prefill_plan(nodes, devices, prefill, prefill_layout, seed) if prefill else {}
         self.prefill, self.prefill_layout = prefill, prefill_layout
-        self.plane = ControlPlane(assets, folder, Options())
         self.setup: Setup | None = None
 
-    def __enter__(self) -> Bench:
-        from tests.e2e.harness import Deployment
-
+    def _populate(self) -> None:
+        spec = cluster_gen.ClusterSpec(nodes=self.nodes, devices=self.devices, nics=0, pods=0, seed=self.seed)
+        objects = cluster_gen.generate(spec)
+        pids = self.plane.pids()
+        cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+        client0, machine0 = time.process_time(), machine_busy_seconds()
         started = time.monotonic()
-        self.plane.start()
-        try:
-            self.deployment = Deployment(self.plane)  # deploy/base: namespace, ServiceAccount, RBAC; its token
-            control_plane_s = time.monotonic() - started
-            pair = self.plane.client_pair("bench-admin", "bench-admin", "system:masters")
-            assert self.plane.pki is not None
-            self.ca, self.cert, self.key = self.plane.pki.ca.pair.cert, pair.cert, pair.key
-            spec = cluster_gen.ClusterSpec(nodes=self.nodes, devices=self.devices, nics=0, pods=0, seed=self.seed)
-            objects = cluster_gen.generate(spec)
-            pids = self.plane.pids()
-            cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
-            client0, machine0 = time.process_time(), machine_busy_seconds()
-            started = time.monotonic()
-            count = asyncio.run(self._with_client(lambda client: create_cluster(client, objects)))
-            self.setup = Setup(
-                self.nodes, self.devices, round(control_plane_s, 1), count, round(time.monotonic() - started, 1)
-            )
-            cpu = {name: round(cpu_seconds(pid) - cpu0[name], 1) for name, pid in pids.items()}
-            cpu[CLIENT] = round(time.process_time() - client0, 1)
-            cpu["other"] = round(max(0.0, machine_busy_seconds() - machine0 - sum(cpu.values())), 1)
-            self.setup.objects_cpu_s = cpu
-            if self.prefilled:
-                plan = self.prefilled
-                asyncio.run(self._with_client(lambda client: prefill(client, plan)))
-        except BaseException:
-            self.plane.stop()
-            raise
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.plane.stop()
-
-    async def _with_client(self, work: Callable[[Client], Any]) -> Any:
-        client = Client(self.plane.server, self.ca, self.cert, self.key)
-        try:
-            return await work(client)
-        finally:
-            await client.close()
+        count = asyncio.run(self._with_client(lambda client: create_cluster(client, objects)))
+        self.setup = Setup(
+            self.nodes, self.devices, round(self.control_plane_s, 1), count, round(time.monotonic() - started, 1)
+        )
+        cpu = {name: round(cpu_seconds(pid) - cpu0[name], 1) for name, pid in pids.items()}
+        cpu[CLIENT] = round(time.process_time() - client0, 1)
+        cpu["other"] = round(max(0.0, machine_busy_seconds() - machine0 - sum(cpu.values())), 1)
+        self.setup.objects_cpu_s = cpu
+        if self.prefilled:
+            plan = self.prefilled
+            asyncio.run(self._with_client(lambda client: prefill(client, plan)))
 
     def _start(self, profile: Profile, name: str, config_spec: str) -> tuple[Callable[[], None], dict[str, int], Any]:
         """The profile's kube-scheduler (and extender), synced: (stop, pids, extender or None)."""

@@ -17,7 +17,7 @@ import pytest
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.answers import CANNOT_ALLOCATE, NO_CLASS_DEVICES, NOT_AVAILABLE
 from extender.core.errors import DoesNotFit, ExtenderError, WriteConflict
-from extender.state.filter import verdicts as verdicts_module
+from extender.state.cache import cluster as cluster_module
 from extender.state.service import DELETE_PROTECTION_FINALIZER, SchedulingService
 from extender.views.debug import DebugViews
 from tests.manifests import claim, cluster, node, pod, template
@@ -202,8 +202,8 @@ async def test_after_the_warm_up_a_first_prioritize_computes_no_device_usage(mon
     await svc.warm_up()
     assert all(svc.store.fits.usage(name) is not None for name in ["node-1", "node-2", "node-3"])
     counted: list[str] = []
-    real = verdicts_module.node_device_usage
-    monkeypatch.setattr(verdicts_module, "node_device_usage", lambda *a, **k: counted.append("x") or real(*a, **k))
+    real = cluster_module.node_device_usage
+    monkeypatch.setattr(cluster_module, "node_device_usage", lambda *a, **k: counted.append("x") or real(*a, **k))
     hosts, scores = svc.prioritize_columns(pod("p", "c1"), ["node-1", "node-2", "node-3"])
     assert list(hosts) == ["node-1", "node-2", "node-3"] and len(scores) == 3 and counted == []
 

@@ -10,7 +10,7 @@ the allocator for a pod is built over both (``allocator``).
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Collection, Container, Mapping
+from collections.abc import Awaitable, Callable, Collection, Container, Iterable, Mapping
 from typing import Any
 
 from extender.core.allocator import Allocator
@@ -18,7 +18,7 @@ from extender.core.budget import DEFAULT_FILTER_TIMEOUT_SECONDS, DEFAULT_SLICE_S
 from extender.core.cel import CelCompileError
 from extender.core.model import AllocatedState, DeviceID, Features
 from extender.core.pools import PoolNodeSelectionError
-from extender.core.scoring import node_device_usage
+from extender.core.scoring import DeviceUsage, node_device_usage
 from extender.state import cooperative
 from extender.state.backend import Backend
 from extender.state.cache.claims import PodClaims, resolve_pod_claims
@@ -165,24 +165,9 @@ class ClusterView:
         (``cooperative.Pacer.step`` under ``cooperative.run``: at 15 000 nodes this is seconds of
         work, which must not stop the event loop). The store may change while it pauses, so each
         step reads it afresh: the current snapshot and allocations, and only slices still current."""
-        store, fits = self.store, self.store.fits
+        store = self.store
         names = store.known_node_names()
-        shared: set[DeviceID] | None = None  # devices some claim holds a share of, while no pause
-        for name in names:
-            try:
-                snapshot, node = store.snapshot(), store.node(name)
-                view = snapshot.node_view(node, self.features)
-                if fits.usage(name) is None:
-                    allocated = store.in_use_state()
-                    if shared is None:
-                        shared = {share.device for share in allocated.shared_ids}
-                    usage = node_device_usage(snapshot, node, allocated, self.features, shared_devices=shared)
-                    fits.remember_usage(name, view, usage)
-            except ValueError:
-                continue  # a malformed node selector: reported when a pod tries the node
-            finally:
-                if pace():
-                    shared = None
+        self.count_usage([name for name in names if store.fits.usage(name) is None], pace)
         evaluations = 0
         for device_class in list(store.classes.values()):
             for expression in device_class.selectors:
@@ -198,6 +183,28 @@ class ClusterView:
                     evaluations += len(slice_.devices)
                     pace()
         return {"nodes": len(names), "evaluations": evaluations}
+
+    def count_usage(self, names: Iterable[str], pace: Callable[[], bool] = _no_pause) -> dict[str, DeviceUsage]:
+        """Each node's device usage (``core.scoring.node_device_usage``), counted now and
+        remembered in the FitCache, where scoring finds it. ``pace`` as for ``warm_up``: after a
+        pause the snapshot and the allocations are read afresh. A node whose pools cannot be
+        gathered (a malformed node selector) is left out: reported when a pod tries it."""
+        store, fits = self.store, self.store.fits
+        out: dict[str, DeviceUsage] = {}
+        shared: set[DeviceID] | None = None  # devices some claim holds a share of, while no pause
+        for name in names:
+            try:
+                snapshot, node, allocated = store.snapshot(), store.node(name), store.in_use_state()
+                view = snapshot.node_view(node, self.features)
+                if shared is None:
+                    shared = {share.device for share in allocated.shared_ids}
+                out[name] = usage = node_device_usage(snapshot, node, allocated, self.features, shared_devices=shared)
+                fits.remember_usage(name, view, usage)
+            except ValueError:
+                pass
+            if pace():
+                shared = None
+        return out
 
 
 class WatchedSearch:

@@ -26,7 +26,7 @@ from extender.core.answers import Unresolvable
 from extender.core.budget import DEFAULT_SLICE_SECONDS
 from extender.core.extended import CANNOT_FIT_RESOURCE
 from extender.core.model import Features
-from extender.core.scoring import DeviceUsage, ScoringCandidate, node_device_usage, raw_scores
+from extender.core.scoring import DeviceUsage, ScoringCandidate, raw_scores
 from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
 from extender.state.cache.fit_cache import ShapeVerdicts, Verdict, remember
@@ -311,9 +311,9 @@ class VerdictCache:
             pace, by_node, fits = Pacer(DEFAULT_SLICE_SECONDS).step, verdicts.by_node, self.store.fits
             paused = False
             for name in unscored:
-                allocation, used = by_node.get(name), usage[name]
-                if not isinstance(allocation, Allocation) or (paused and fits.usage(name) is not used):
-                    continue  # dropped while the loop ran
+                allocation, used = by_node.get(name), usage.get(name)
+                if not isinstance(allocation, Allocation) or used is None or (paused and fits.usage(name) is not used):
+                    continue  # dropped while the loop ran (or its pools cannot be gathered: no usage)
                 remembered[name] = verdicts.code(raw_scores(ScoringCandidate(allocation, used), attribute))
                 paused = pace() or paused
         return remembered
@@ -330,12 +330,5 @@ class VerdictCache:
             else:
                 out[name] = usage
         if missing:
-            snapshot = self.store.snapshot()
-            allocated = self.store.in_use_state()
-            shared = {share.device for share in allocated.shared_ids}
-            for name in missing:
-                node = self.store.node(name)
-                usage = node_device_usage(snapshot, node, allocated, self.features, shared_devices=shared)
-                fits.remember_usage(name, snapshot.node_view(node, self.features), usage)
-                out[name] = usage
+            out.update(self.cluster.count_usage(missing))
         return out
