@@ -9,6 +9,8 @@ import dataclasses
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from extender.core.errors import InvalidObject
 from extender.core.model import AllocationResult, DeviceResult, Features, NodeInfo
@@ -148,6 +150,48 @@ def test_replace_drops_objects_missing_from_a_relist() -> None:
     assert set(store.slices) == {"s2"}
 
 
+def _member(name: str, group: str | None, namespace: str = "default") -> dict[str, Any]:
+    spec: dict[str, Any] = {"schedulerName": "dra"}
+    if group is not None:
+        spec["schedulingGroup"] = {"podGroupName": group}
+    return {"kind": "Pod", "metadata": {"name": name, "namespace": namespace, "uid": name}, "spec": spec}
+
+
+def test_pods_are_indexed_by_the_pod_group_they_name_whether_it_exists_or_not() -> None:
+    store = ObjectStore()
+    store.upsert(_member("a", "pg"))
+    store.upsert(_member("b", "pg"))
+    store.upsert(_member("c", "pg", namespace="other"))
+    store.upsert(_member("d", None))
+    assert store.group_pods == {"default/pg": {"default/a": None, "default/b": None}, "other/pg": {"other/c": None}}
+    store.upsert(
+        {
+            "apiVersion": "scheduling.k8s.io/v1alpha2",
+            "kind": "PodGroup",
+            "metadata": {"name": "pg", "namespace": "default", "uid": "g"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+        }
+    )
+    assert store.pod_groups["default/pg"].min_count == 2
+    store.upsert(_member("a", "other-group"))  # a pod of the same name made again for another group
+    store.delete("Pod", "default", "b")
+    store.delete("Pod", "other", "c")
+    assert store.group_pods == {"default/other-group": {"default/a": None}}
+    store.replace("Pod", [_member("e", "pg")])
+    store.replace("PodGroup", [])
+    assert store.group_pods == {"default/pg": {"default/e": None}} and store.pod_groups == {}
+
+
+def test_a_malformed_pod_group_is_refused_and_changes_nothing() -> None:
+    store = ObjectStore()
+    raw = {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": {"name": "pg"}}
+    store.upsert({**raw, "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}})
+    revision = store.revision
+    with pytest.raises(InvalidObject, match="minCount"):
+        store.upsert({**raw, "spec": {"schedulingPolicy": {"gang": {"minCount": -1}}}})
+    assert store.pod_groups["default/pg"].min_count == 2 and store.revision == revision
+
+
 def _result(device: str) -> AllocationResult:
     return AllocationResult(devices=(DeviceResult(request="req-0", driver="driver-a", pool="node-1", device=device),))
 
@@ -176,6 +220,72 @@ def test_ledger_drops_entries_the_store_caught_up_with() -> None:
     ledger.add(claim=claim, pod_key="default/p", pod_uid="u", node="node-1", result=_result("d1"))
     recreated = dataclasses.replace(claim, uid="other")
     assert len(ledger.reconcile({claim.key: recreated})) == 1
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["hold", "bind", "drop", "drop_holds", "expire", "reconcile", "tick"]),
+            st.integers(0, 3),  # claim
+            st.integers(0, 2),  # pod
+            st.integers(1, 5),  # ttl or tick
+        ),
+        max_size=40,
+    )
+)
+def test_the_ledgers_indexes_answer_like_a_scan_of_every_entry(ops: list[tuple[str, int, int, int]]) -> None:
+    """``holds_of`` (a per-pod index) and ``expire`` (skipped before the earliest expiry) give
+    what scanning every entry gives, whatever adds, replaces and drops came before."""
+    now = [0.0]
+    ledger = InFlightLedger(ttl_seconds=4, clock=lambda: now[0])
+    claims = [b.claim(f"c{i}") for i in range(4)]
+    for op, c, pod, n in ops:
+        claim, uid = claims[c], f"u{pod}"
+        if op in ("hold", "bind"):
+            ledger.add(
+                claim=claim,
+                pod_key=f"default/p{pod}",
+                pod_uid=uid,
+                node="node-1",
+                result=_result("d1"),
+                tentative=op == "hold",
+                ttl_seconds=n,
+            )
+        elif op == "drop":
+            ledger.drop(claim.key)
+        elif op == "drop_holds":
+            expected = {e.claim_key for e in ledger if e.tentative and e.pod_uid == uid}
+            assert {e.claim_key for e in ledger.drop_holds(uid)} == expected
+            assert not ledger.holds_of(uid)
+        elif op == "expire":
+            keep = {"u0"} if n % 2 else set()
+            expected = [e for e in ledger if e.expires_at <= now[0] and (e.tentative or e.pod_uid not in keep)]
+            assert ledger.expire(keep=keep) == expected
+        elif op == "reconcile":
+            ledger.reconcile({claim.key: dataclasses.replace(claim, allocation=_result("d1"))})
+        else:
+            now[0] += n
+        for p in range(3):
+            held = sorted(ledger.holds_of(f"u{p}"), key=lambda e: e.claim_key)
+            assert held == [
+                e for e in sorted(ledger, key=lambda e: e.claim_key) if e.tentative and e.pod_uid == f"u{p}"
+            ]
+    now[0] += 100  # past every TTL: nothing is left behind by a stale earliest expiry
+    ledger.expire()
+    assert len(ledger) == 0
+
+
+def test_a_reconcile_told_which_claims_changed_looks_at_those_and_at_entries_added_since() -> None:
+    ledger = InFlightLedger()
+    c1, c2 = b.claim("c1"), b.claim("c2")
+    ledger.add(claim=c1, pod_key="default/p", pod_uid="u", node="node-1", result=_result("d1"))
+    ledger.reconcile({c1.key: c1, c2.key: c2}, changed=())  # c1's entry is looked at: not allocated yet
+    ledger.add(claim=c2, pod_key="default/q", pod_uid="v", node="node-1", result=_result("d2"))
+    allocated = {c1.key: dataclasses.replace(c1, allocation=_result("d1")), c2.key: dataclasses.replace(c2, uid="x")}
+    # c2's entry was added since the last call: looked at though no change was named; c1's is not
+    assert [e.claim_key for e in ledger.reconcile(allocated, changed=())] == [c2.key]
+    assert ledger.get(c1.key) is not None
+    assert [e.claim_key for e in ledger.reconcile(allocated, changed={c1.key})] == [c1.key]
 
 
 def test_the_in_use_state_without_some_claims_is_recounted_from_the_other_holders() -> None:

@@ -20,7 +20,8 @@ Every decoder takes an optional keyword ``api_version`` used when the raw object
 ``apiVersion`` (items of a LIST response); without either, v1 is assumed.
 
 ``decode_pod_scheduling_context`` reads classic DRA's PodSchedulingContext (v1alpha3 only),
-``decode_device_taint_rule`` a DeviceTaintRule (v1beta2 or v1alpha3).
+``decode_device_taint_rule`` a DeviceTaintRule (v1beta2 or v1alpha3), ``decode_pod_group`` a
+scheduling.k8s.io PodGroup (v1alpha2, v1alpha3, v1beta1: spec/workloads-and-gangs.md).
 
 Encoding: ``encode_allocation_result`` writes ``status.allocation`` (same shape in every version);
 ``encode_node_selector`` a core/v1 NodeSelector. ``resource_claim_to_v1`` and
@@ -38,6 +39,7 @@ from ._claims import (
 )
 from ._encode import encode_allocation_result, encode_attribute_value, encode_node_selector, encode_toleration
 from ._objects import DecodedObject, decode_node, decode_node_selector, decode_object
+from ._podgroups import MAX_POD_GROUP_CLAIMS, POD_GROUP_VERSIONS, SCHEDULING_GROUP, decode_pod_group
 from ._scheduling import POD_SCHEDULING_NODE_LIST_MAX_SIZE, decode_pod_scheduling_context
 from ._slices import decode_resource_slice
 from ._taint_rules import decode_device_taint_rule
@@ -46,7 +48,10 @@ from ._to_v1_slices import device_class_to_v1, resource_slice_to_v1
 
 __all__ = [
     "FLAT_VERSIONS",
+    "MAX_POD_GROUP_CLAIMS",
+    "POD_GROUP_VERSIONS",
     "POD_SCHEDULING_NODE_LIST_MAX_SIZE",
+    "SCHEDULING_GROUP",
     "SERVED_VERSIONS",
     "V1",
     "V1ALPHA3",
@@ -59,6 +64,7 @@ __all__ = [
     "decode_node",
     "decode_node_selector",
     "decode_object",
+    "decode_pod_group",
     "decode_pod_scheduling_context",
     "decode_resource_claim",
     "decode_resource_claim_template",

@@ -74,6 +74,13 @@ class ClusterView:
         ledger.listeners.append(self._in_flight_changed)
         for entry in ledger:
             self.store.set_in_flight(entry.claim_key, entry.result)
+        # claims changed since the last ``refresh``: the ledger looks at their entries only
+        self._changed_claims: set[str] = set()
+        self.store.claim_listeners.append(self._claim_changed)
+
+    def _claim_changed(self, kind: str, key: str) -> None:
+        if kind == "ResourceClaim":
+            self._changed_claims.add(key)
 
     def _in_flight_changed(self, entry: InFlightAllocation, added: bool) -> None:
         self.store.set_in_flight(entry.claim_key, entry.result if added else None)
@@ -84,7 +91,8 @@ class ClusterView:
         expired = self.ledger.expire(keep=self.binding)
         if expired:
             self.on_expired(expired)
-        self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
+        changed, self._changed_claims = self._changed_claims, set()
+        self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims, changed=changed)
         self.store.snapshot()
 
     def nominated_state(self, pod_uid: str, priority: int, node: str) -> AllocatedState | None:

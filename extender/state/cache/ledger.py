@@ -24,7 +24,7 @@ Two kinds of entries besides a bind's own:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Container, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from extender.core.model import AllocatedState, AllocationResult, ResourceClaim
@@ -53,6 +53,14 @@ class InFlightLedger:
         self.ttl_seconds = ttl_seconds
         self._clock = clock
         self._entries: dict[str, InFlightAllocation] = {}
+        # Looked up on every filter, prioritize and refresh, with a few hundred binds in flight on a
+        # busy cluster: the tentative entries by pod, and no entry expiring before this moment (a
+        # lower bound: a dropped entry may have set it).
+        self._holds: dict[str, dict[str, None]] = {}
+        self._next_expiry = float("inf")
+        # claim keys of entries added since the last ``reconcile``: checked by the next one even
+        # when it is told which claims changed
+        self._unchecked: set[str] = set()
         #: Told of every entry added (True) or removed (False): the store counts in-flight devices
         #: as in use, and caches of verdicts depend on that.
         self.listeners: list[Callable[[InFlightAllocation, bool], None]] = []
@@ -62,6 +70,19 @@ class InFlightLedger:
 
     def _changed(self, entry: InFlightAllocation, added: bool = False) -> None:
         self.changes += 1
+        if entry.tentative:
+            if added:
+                self._holds.setdefault(entry.pod_uid, {})[entry.claim_key] = None
+            else:
+                keys = self._holds.get(entry.pod_uid)
+                if keys is not None:
+                    keys.pop(entry.claim_key, None)
+                    if not keys:
+                        del self._holds[entry.pod_uid]
+        if added:
+            self._unchecked.add(entry.claim_key)
+            if entry.expires_at < self._next_expiry:
+                self._next_expiry = entry.expires_at
         for listener in self.listeners:
             listener(entry, added)
 
@@ -125,10 +146,11 @@ class InFlightLedger:
         return self._clock() - entry.created_at
 
     def holds_of(self, pod_uid: str) -> list[InFlightAllocation]:
-        """The tentative entries of one pod (usually none, or one per claim)."""
-        if not self._entries:
+        """The tentative entries of one pod (usually none, or one per claim), in no particular order."""
+        keys = self._holds.get(pod_uid)
+        if not keys:
             return []
-        return [e for e in self._entries.values() if e.tentative and e.pod_uid == pod_uid]
+        return [self._entries[key] for key in keys]
 
     def drop_holds(self, pod_uid: str) -> list[InFlightAllocation]:
         """Drop and return the pod's tentative entries."""
@@ -141,20 +163,41 @@ class InFlightLedger:
         """Drop and return the entries older than their TTL, but those of the pods in ``keep``
         (UIDs of pods whose bind is still running: their devices stay taken until it ends)."""
         now = self._clock()
+        if now < self._next_expiry:
+            return []
         gone = [e for e in self._entries.values() if e.expires_at <= now and (e.tentative or e.pod_uid not in keep)]
+        # the earliest expiry of what stays (a bind kept past its TTL keeps this check scanning
+        # until it ends: rare, and the answer stays right)
+        leaving = {e.claim_key for e in gone}
+        self._next_expiry = min(
+            (e.expires_at for e in self._entries.values() if e.claim_key not in leaving), default=float("inf")
+        )
         for entry in gone:
             del self._entries[entry.claim_key]
             self._changed(entry)
         return gone
 
     def reconcile(
-        self, claims: Mapping[str, ResourceClaim], *, unreadable: Container[str] = ()
+        self,
+        claims: Mapping[str, ResourceClaim],
+        *,
+        unreadable: Container[str] = (),
+        changed: Iterable[str] | None = None,
     ) -> list[InFlightAllocation]:
         """Drop entries the store has caught up with: the claim shows an allocation, or it is gone
         or was re-created (another UID). A claim in ``unreadable`` (its latest version could not be
-        decoded) is not gone: its entries stay. Returns the dropped entries."""
+        decoded) is not gone: its entries stay. ``changed``: the claims that changed since the
+        caller's last call, if it knows them; then only their entries and those added since the
+        last call are looked at (a busy cluster has hundreds of binds in flight, and this runs
+        before every decision). Returns the dropped entries."""
+        if changed is None:
+            candidates: Iterable[InFlightAllocation] = tuple(self._entries.values())
+        else:
+            keys = self._unchecked.union(changed)
+            candidates = [entry for key in keys if (entry := self._entries.get(key)) is not None]
+        self._unchecked.clear()
         done: list[InFlightAllocation] = []
-        for entry in tuple(self._entries.values()):
+        for entry in candidates:
             if entry.provisional or entry.claim_key in unreadable:
                 continue  # no claim to compare with yet: bind replaces it, or the TTL ends it
             claim = claims.get(entry.claim_key)

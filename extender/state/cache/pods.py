@@ -17,6 +17,7 @@ __all__ = [
     "finished",
     "nominated_node",
     "pod_annotations",
+    "pod_group_name",
     "pod_identity",
     "pod_key",
     "pod_labels",
@@ -73,6 +74,15 @@ def pod_labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
 def pod_annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
     """``metadata.annotations`` ({} when none)."""
     return _meta(pod).get("annotations") or {}
+
+
+def pod_group_name(pod: Mapping[str, Any]) -> str:
+    """``spec.schedulingGroup.podGroupName``: the PodGroup the pod belongs to ("" when none)."""
+    group = _spec(pod).get("schedulingGroup")
+    if not isinstance(group, Mapping):
+        return ""
+    name = group.get("podGroupName")
+    return name if isinstance(name, str) else ""
 
 
 def deleting(pod: Mapping[str, Any]) -> bool:

@@ -4,7 +4,7 @@ Backends feed it raw objects (dicts from orjson or YAML) with ``upsert`` / ``del
 it decodes each object once, at ingest, and keeps:
 
 - DeviceClasses, ResourceClaims (decoded + raw), ResourceClaimTemplates, Nodes (name + labels),
-  Pods (raw: the service reads only a few fields);
+  Pods (raw: the service reads only a few fields), PodGroups (decoded) and which pods name each;
 - a ``SliceSnapshot`` of the ResourceSlices, updated incrementally: a changed node-local slice only
   drops the memoised pools of the nodes it concerns, so a warm filter stays warm;
 - the ``AllocatedState`` of every allocated claim, updated claim by claim (``AllocationIndex``);
@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from extender.core.cel import SelectorCache
-from extender.core.convert import decode_object
+from extender.core.convert import decode_object, decode_pod_group
 from extender.core.errors import InvalidObject
 from extender.core.extended import EXTENDED_CLAIM_ANNOTATION, ExtendedClasses
 from extender.core.model import (
@@ -44,6 +44,7 @@ from extender.core.model import (
     ResourceSlice,
     SharedDeviceID,
 )
+from extender.core.podgroups import PodGroup
 from extender.core.pools import SliceSnapshot
 from extender.core.preemption import Budget
 from extender.core.quantity import Quantity
@@ -63,9 +64,10 @@ KINDS = (
     "PodSchedulingContext",
     "PodDisruptionBudget",
     "DeviceTaintRule",
+    "PodGroup",
 )
 _NAMESPACED = frozenset(
-    {"ResourceClaim", "ResourceClaimTemplate", "Pod", "PodSchedulingContext", "PodDisruptionBudget"}
+    {"ResourceClaim", "ResourceClaimTemplate", "Pod", "PodSchedulingContext", "PodDisruptionBudget", "PodGroup"}
 )
 
 
@@ -265,6 +267,11 @@ class ObjectStore:
         #: is named after its pod), decoded and raw.
         self.scheduling_contexts: dict[str, PodSchedulingContext] = {}
         self.raw_scheduling_contexts: dict[str, dict[str, Any]] = {}
+        #: PodGroups (scheduling.k8s.io), decoded, and the keys of the pods that name each group
+        #: (``spec.schedulingGroup``, whether the group exists yet or not), by ``namespace/group``.
+        self.pod_groups: dict[str, PodGroup] = {}
+        self.group_pods: dict[str, dict[str, None]] = {}
+        self._pod_group_of: dict[str, str] = {}
         #: Bumped on every change; cheap "did anything change" checks for callers' caches.
         self.revision = 0
         #: Told ``(kind, key)`` after a Pod, ResourceClaim or PodSchedulingContext was added,
@@ -296,9 +303,14 @@ class ObjectStore:
             return
         if kind == "Pod":
             self.pods[key] = raw
+            self._index_group_member(key, raw)
             self.revision += 1
             for listener in self.claim_listeners:
                 listener(kind, key)
+            return
+        if kind == "PodGroup":
+            self.pod_groups[key] = decode_pod_group(raw)  # raises before anything changes
+            self.revision += 1
             return
         spec_key = _spec_key(raw) if kind == "ResourceClaim" else None
         # A claim's spec is immutable: a status update need not decode it again.
@@ -406,7 +418,10 @@ class ObjectStore:
         self.revision += 1
         if kind == "PodDisruptionBudget":
             self.budgets.pop(key, None)
+        elif kind == "PodGroup":
+            self.pod_groups.pop(key, None)
         elif kind == "Pod":
+            self._index_group_member(key, None)
             if self.pods.pop(key, None) is not None:
                 for listener in self.claim_listeners:
                     listener(kind, key)
@@ -469,8 +484,31 @@ class ObjectStore:
             "Node": self.nodes,
             "PodSchedulingContext": self.scheduling_contexts,
             "PodDisruptionBudget": self.budgets,
+            "PodGroup": self.pod_groups,
         }[kind]  # type: ignore[assignment]
         return tuple(table)
+
+    def _index_group_member(self, key: str, raw: Mapping[str, Any] | None) -> None:
+        """Keep ``group_pods`` up to date for the pod of ``key`` (None: the pod is gone)."""
+        group = ""
+        if raw is not None:
+            spec = raw.get("spec")
+            scheduling_group = spec.get("schedulingGroup") if isinstance(spec, dict) else None
+            name = scheduling_group.get("podGroupName") if isinstance(scheduling_group, dict) else None
+            if isinstance(name, str) and name:
+                group = f"{key.partition('/')[0]}/{name}"
+        old = self._pod_group_of.get(key, "")
+        if old == group:
+            return
+        if old:
+            members = self.group_pods[old]
+            del members[key]
+            if not members:
+                del self.group_pods[old]
+            del self._pod_group_of[key]
+        if group:
+            self.group_pods.setdefault(group, {})[key] = None
+            self._pod_group_of[key] = group
 
     @property
     def extended_classes(self) -> ExtendedClasses:
