@@ -348,6 +348,14 @@ def _add_serve(commands: Any) -> None:
         help="never evict lower-priority pods to free devices for a pod no node fits (docs/preemption.md) "
         f"[env {_env('--no-device-preemption')}=1]",
     )
+    serve.add_argument(
+        "--no-gangs",
+        dest="gangs",
+        action="store_false",
+        default=os.environ.get(_env("--no-gangs"), "") in ("", "0"),
+        help="ignore PodGroups (scheduling.k8s.io): every pod is scheduled on its own, as kube-scheduler's "
+        f"per-pod calls ask (docs/gangs.md) [env {_env('--no-gangs')}=1]",
+    )
     option(
         "--preempt-timeout-seconds",
         "4",
@@ -460,7 +468,7 @@ def _serve(args: argparse.Namespace) -> int:
     backend: Backend
     if paths:
         try:
-            backend = EmbeddedBackend.from_paths(*paths)
+            backend = EmbeddedBackend.from_paths(*paths, gangs=args.gangs)
         except (ManifestError, ExtenderError, OSError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -499,6 +507,7 @@ def _kube_backend(args: argparse.Namespace) -> KubeBackend:
         lease=LeaseSettings(name=args.lease_name, namespace=args.lease_namespace) if args.lease_name else None,
         requeue=RequeueSettings(rate_per_second=args.requeue_rate) if args.requeue_rate > 0 else None,
         classic=args.classic_dra,
+        gangs=args.gangs,
     )
     return KubeBackend.from_kubeconfig(
         args.kubeconfig or None, context=args.context or None, in_cluster=None, settings=settings

@@ -82,6 +82,12 @@ class Backend(Protocol):
         with such claims get)."""
         ...
 
+    @property
+    def pod_groups(self) -> str:
+        """Whether PodGroups (scheduling.k8s.io) are seen here: "" if so, else why not (then every
+        pod is scheduled on its own)."""
+        ...
+
     async def create_scheduling_context(self, raw: dict[str, Any]) -> dict[str, Any]:
         """Create a PodSchedulingContext (POST; status is dropped, as the API server's strategy
         does). WriteConflict if one of that name exists."""

@@ -109,6 +109,7 @@ from .registry import ListOptions, Registry, now_timestamp, resource_for_kind, w
 from .resources import (
     ALL_RESOURCE_VERSIONS,
     CLASSIC_GATE,
+    GENERIC_WORKLOAD_GATE,
     TAINT_RULES_GATE,
     ResourceType,
     api_group,
@@ -242,6 +243,9 @@ class FakeApiServer:
     classic: bool = False
     #: Serve DeviceTaintRules (resource.k8s.io/v1beta2), as an API server with DRADeviceTaintRules.
     taint_rules: bool = False
+    #: Serve PodGroups and Workloads (scheduling.k8s.io/v1alpha2), as an API server of 1.36 with
+    #: GenericWorkload and ``--runtime-config=scheduling.k8s.io/v1alpha2=true`` (``podgroups.py``).
+    gangs: bool = False
     clock: Callable[[], str] = now_timestamp
     rng: random.Random = field(default_factory=random.Random)
     url: str = ""
@@ -251,16 +255,18 @@ class FakeApiServer:
         if unknown:
             raise ValueError(f"unknown resource.k8s.io versions: {sorted(unknown)}")
         self.storage = Storage(first_resource_version=self.first_resource_version, retain_changes=self.retain_changes)
+        #: Feature gates on, for the types behind one (``resources.py``).
+        self.gates: frozenset[str] = frozenset(
+            ({CLASSIC_GATE} if self.classic else set())
+            | ({TAINT_RULES_GATE} if self.taint_rules else set())
+            | ({GENERIC_WORKLOAD_GATE} if self.gangs else set())
+        )
         self.registry = Registry(
             self.storage,
             clock=self.clock,
             rng=self.rng,
             unconditional_updates=self.unconditional_updates,
             classic=self.classic,
-        )
-        #: Feature gates on, for the types behind one (``resources.py``).
-        self.gates: frozenset[str] = frozenset(
-            ({CLASSIC_GATE} if self.classic else set()) | ({TAINT_RULES_GATE} if self.taint_rules else set())
         )
         self.faults = Faults()
         #: Every request received, oldest first.
@@ -607,14 +613,14 @@ class FakeApiServer:
         if parts == ["api", "v1"]:
             return api_resource_list("", "v1", self.gates)
         if parts == ["apis"]:
-            return api_group_list(self.resource_versions)
+            return api_group_list(self.resource_versions, self.gates)
         if len(parts) == 2 and parts[0] == "apis":
-            group = api_group(parts[1], self.resource_versions)
+            group = api_group(parts[1], self.resource_versions, self.gates)
             if group is None:
                 raise st.path_not_found()
             return group
         if len(parts) == 3 and parts[0] == "apis":
-            if not is_served(parts[1], parts[2], self.resource_versions):
+            if not is_served(parts[1], parts[2], self.resource_versions, self.gates):
                 raise st.path_not_found()
             return api_resource_list(parts[1], parts[2], self.gates)
         return None
@@ -631,7 +637,7 @@ class FakeApiServer:
             return None
         if not rest:
             return None
-        if not is_served(group, version, self.resource_versions):
+        if not is_served(group, version, self.resource_versions, self.gates):
             raise st.path_not_found()
         namespace = ""
         if rest[0] == "namespaces" and len(rest) >= 3:

@@ -8,8 +8,16 @@ cluster of that Kubernetes release answers.
 
 A type behind a feature gate (``feature_gate``) exists only when the fake is configured with that
 gate on: otherwise discovery leaves it out and its URLs are 404, as on an apiserver whose gate is
-off. PodSchedulingContext (resource.k8s.io v1alpha3, Kubernetes 1.31) is the one such type: gate
-``DRAControlPlaneController`` ("classic DRA").
+off: PodSchedulingContext (resource.k8s.io v1alpha3, Kubernetes 1.31, the gate
+``DRAControlPlaneController``, "classic DRA"), DeviceTaintRule (resource.k8s.io v1beta2,
+``DRADeviceTaintRules``), and the scheduling.k8s.io v1alpha2 types of Kubernetes 1.36's gang
+scheduling, PodGroup (+``status``) and Workload (``GenericWorkload``, with
+``--runtime-config=scheduling.k8s.io/v1alpha2=true``; ``podgroups.py`` has their strategy).
+
+A group version exists only while one of its types does: without ``GenericWorkload`` the fake
+serves no scheduling.k8s.io at all. With it the group lists v1alpha2 alone, where kube-apiserver
+also serves scheduling.k8s.io/v1 (PriorityClasses, not emulated) and names v1 the preferred
+version: a client must look for its version in ``versions``, never take ``preferredVersion``.
 
 policy/v1 serves ``poddisruptionbudgets`` (+``status``); the pods' ``eviction`` subresource is
 listed under ``/api/v1`` as ``pods/eviction`` (kind Eviction of policy/v1, verb ``create``), as
@@ -27,7 +35,9 @@ __all__ = [
     "CATALOG",
     "CLASSIC_GATE",
     "FIELD_GETTERS",
+    "GENERIC_WORKLOAD_GATE",
     "RESOURCE_GROUP",
+    "SCHEDULING_GROUP",
     "TAINT_RULES_GATE",
     "ResourceType",
     "api_group",
@@ -50,6 +60,9 @@ ALL_RESOURCE_VERSIONS = ("v1", "v1beta2", "v1beta1", "v1alpha3")
 CLASSIC_GATE = "DRAControlPlaneController"
 #: DeviceTaintRules (v1beta2; beta and off by default in 1.36).
 TAINT_RULES_GATE = "DRADeviceTaintRules"
+SCHEDULING_GROUP = "scheduling.k8s.io"
+#: Workload and PodGroup (scheduling.k8s.io/v1alpha2; alpha and off by default in 1.36).
+GENERIC_WORKLOAD_GATE = "GenericWorkload"
 
 _READ = ("get", "list", "watch")
 _WRITE = ("create", "delete", "deletecollection", "patch", "update")
@@ -158,6 +171,28 @@ CATALOG: tuple[ResourceType, ...] = (
         feature_gate=CLASSIC_GATE,
         unconditional_update=True,
         apply=True,
+    ),
+    # KEP-4671 (1.36): the scheduling.k8s.io/v1alpha2 collections, behind GenericWorkload.
+    ResourceType(
+        group=SCHEDULING_GROUP,
+        versions=("v1alpha2",),
+        plural="podgroups",
+        singular="podgroup",
+        kind="PodGroup",
+        namespaced=True,
+        status=True,
+        generation=True,
+        feature_gate=GENERIC_WORKLOAD_GATE,
+    ),
+    ResourceType(
+        group=SCHEDULING_GROUP,
+        versions=("v1alpha2",),
+        plural="workloads",
+        singular="workload",
+        kind="Workload",
+        namespaced=True,
+        generation=True,
+        feature_gate=GENERIC_WORKLOAD_GATE,
     ),
     ResourceType(
         group="",
@@ -322,11 +357,15 @@ def shape_family(group: str, version: str) -> str:
 # --- discovery documents ------------------------------------------------------------------------
 
 
-def served_groups(resource_versions: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
-    """(group, served versions newest first) for every non-core group, resource.k8s.io configured."""
+def served_groups(
+    resource_versions: Sequence[str], gates: Collection[str] = ()
+) -> list[tuple[str, tuple[str, ...]]]:
+    """(group, served versions newest first) for every non-core group, resource.k8s.io configured.
+    A group version is served while one of its types exists (``is_enabled`` with ``gates``), as
+    kube-apiserver skips a group version left without resources."""
     groups: dict[str, list[str]] = {}
     for rt in CATALOG:
-        if not rt.group:
+        if not rt.group or not is_enabled(rt, gates):
             continue
         versions = [v for v in rt.versions if rt.group != RESOURCE_GROUP or v in resource_versions]
         entry = groups.setdefault(rt.group, [])
@@ -334,10 +373,10 @@ def served_groups(resource_versions: Sequence[str]) -> list[tuple[str, tuple[str
     return [(group, tuple(versions)) for group, versions in groups.items() if versions]
 
 
-def is_served(group: str, version: str, resource_versions: Sequence[str]) -> bool:
+def is_served(group: str, version: str, resource_versions: Sequence[str], gates: Collection[str] = ()) -> bool:
     if not group:
         return version == "v1"
-    return any(g == group and version in versions for g, versions in served_groups(resource_versions))
+    return any(g == group and version in versions for g, versions in served_groups(resource_versions, gates))
 
 
 def api_versions() -> dict[str, Any]:
@@ -354,18 +393,18 @@ def _group_entry(group: str, versions: Iterable[str]) -> dict[str, Any]:
     return {"name": group, "versions": listed, "preferredVersion": listed[0]}
 
 
-def api_group_list(resource_versions: Sequence[str]) -> dict[str, Any]:
+def api_group_list(resource_versions: Sequence[str], gates: Collection[str] = ()) -> dict[str, Any]:
     """``GET /apis``."""
     return {
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": [_group_entry(g, vs) for g, vs in served_groups(resource_versions)],
+        "groups": [_group_entry(g, vs) for g, vs in served_groups(resource_versions, gates)],
     }
 
 
-def api_group(group: str, resource_versions: Sequence[str]) -> dict[str, Any] | None:
+def api_group(group: str, resource_versions: Sequence[str], gates: Collection[str] = ()) -> dict[str, Any] | None:
     """``GET /apis/<group>``, or None when the group is not served."""
-    for name, versions in served_groups(resource_versions):
+    for name, versions in served_groups(resource_versions, gates):
         if name == group:
             return {"kind": "APIGroup", "apiVersion": "v1", **_group_entry(name, versions)}
     return None

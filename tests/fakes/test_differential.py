@@ -41,6 +41,7 @@ import secrets
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path  # TEMP
 from typing import Any
 
 import aiohttp
@@ -48,7 +49,7 @@ import orjson
 import pytest
 
 from tests.controlplane.assets import assets_or_skip
-from tests.controlplane.cluster import ControlPlane, Options
+from tests.controlplane.cluster import FEATURE_GATES, RUNTIME_CONFIG, ControlPlane, Options
 
 from .apiserver import FakeApiServer
 
@@ -61,6 +62,9 @@ USER_AGENT = "difftest/v0.0.0"
 #: A bound against a hang only (never what is measured).
 HANG = 30.0
 CLAIMS_GROUP = "/apis/resource.k8s.io/v1"
+SCHEDULING = "/apis/scheduling.k8s.io/v1alpha2"
+#: The gates of the gang experiments (workloads-and-gangs.md §0.2), which ``gangs=True`` emulates.
+GANG_GATES = "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true"
 
 
 # --- the servers ---------------------------------------------------------------------------------
@@ -82,7 +86,11 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Real]:
     plane = ControlPlane(
         assets_or_skip("differential test of the fake apiserver"),
         tmp_path_factory.mktemp("differential"),
-        Options(controller_manager=False),
+        Options(
+            feature_gates=f"{FEATURE_GATES},{GANG_GATES}",
+            runtime_config=f"{RUNTIME_CONFIG},scheduling.k8s.io/v1alpha2=true",
+            controller_manager=False,
+        ),
     )
     with plane:
         assert plane.pki is not None
@@ -229,6 +237,14 @@ class Side:
     @property
     def events(self) -> str:
         return f"/api/v1/namespaces/{self.ns}/events"
+
+    @property
+    def podgroups(self) -> str:
+        return f"{SCHEDULING}/namespaces/{self.ns}/podgroups"
+
+    @property
+    def workloads(self) -> str:
+        return f"{SCHEDULING}/namespaces/{self.ns}/workloads"
 
     async def namespace(self) -> None:
         await self.setup(
@@ -974,6 +990,201 @@ async def discovery(s: Side) -> None:
     await s.call("a resource not served", "GET", f"{CLAIMS_GROUP}/namespaces/{s.ns}/widgets")
 
 
+# --- PodGroups and Workloads (scheduling.k8s.io/v1alpha2, gangs=True) ----------------------------------
+
+
+def podgroup(name: str, policy: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}} if policy is None else policy, **spec},
+    }
+
+
+GANGS = {"gangs": True}
+
+
+@case(fake=GANGS)
+async def podgroup_create_list_watch(s: Side) -> None:
+    _, created = await s.call("create", "POST", s.podgroups, podgroup("train"))
+    await s.call("get", "GET", f"{s.podgroups}/train")
+    await s.call("create again: AlreadyExists", "POST", s.podgroups, podgroup("train"))
+    with_status = {**podgroup("with-status"), "status": {"conditions": []}}
+    await s.call("create with a status: dropped", "POST", s.podgroups, with_status)
+    own = podgroup("own-finalizer")
+    own["metadata"]["finalizers"] = ["example.com/a"]
+    await s.call("create with a finalizer of its own", "POST", s.podgroups, own)
+    protected = podgroup("protected")
+    protected["metadata"]["finalizers"] = ["scheduling.k8s.io/podgroup-protection", "example.com/a"]
+    await s.call("create with the protection finalizer", "POST", s.podgroups, protected)
+    await s.call("list by name", "GET", s.podgroups, params={"fieldSelector": "metadata.name=train"})
+    await s.call("unsupported field selector", "GET", s.podgroups, params={"fieldSelector": "spec.x=1"})
+    with contextlib.suppress(_WatchRefused):
+        async with s.watch("watch", s.podgroups, resourceVersion=meta(created)["resourceVersion"]) as w:
+            s.record("replayed", await w.next(3))
+            current = await s.setup("GET", f"{s.podgroups}/train")
+            await s.setup("PUT", f"{s.podgroups}/train", labelled(current, x="1"))
+            await s.setup("POST", s.podgroups, podgroup("basic", {"basic": {}}))
+            s.record("live", await w.next(2))
+    await s.call("list", "GET", s.podgroups)
+
+
+def claims_of(*entries: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(entries)
+
+
+@case(fake=GANGS)
+async def podgroup_validation(s: Side) -> None:
+    pgs = s.podgroups
+    await s.call("minCount 0", "POST", pgs, podgroup("zero", {"gang": {"minCount": 0}}))
+    await s.call("gang without minCount", "POST", pgs, podgroup("empty-gang", {"gang": {}}))
+    await s.call("negative minCount", "POST", pgs, podgroup("negative", {"gang": {"minCount": -1}}))
+    await s.call("basic and gang", "POST", pgs, podgroup("both", {"basic": {}, "gang": {"minCount": 1}}))
+    await s.call("neither basic nor gang", "POST", pgs, podgroup("neither", {}))
+    await s.call("no schedulingPolicy", "POST", pgs, {**podgroup("none"), "spec": {}})
+    await s.call("no spec", "POST", pgs, {k: v for k, v in podgroup("nospec").items() if k != "spec"})
+    await s.call("basic with desiredCount", "POST", pgs, podgroup("desired", {"basic": {"desiredCount": 0}}))
+    await s.call("invalid name", "POST", pgs, podgroup("Bad_Name"))
+    five = [{"name": f"c{i}", "resourceClaimName": f"claim-{i}"} for i in range(5)]
+    await s.call("five resourceClaims", "POST", pgs, podgroup("five", resourceClaims=five))
+    four = [{"name": f"c{i}", "resourceClaimTemplateName": f"t-{i}"} for i in range(4)]
+    await s.call("four resourceClaims", "POST", pgs, podgroup("four", resourceClaims=four))
+    both = [{"name": "c", "resourceClaimName": "x", "resourceClaimTemplateName": "y"}]
+    await s.call("claim name and template", "POST", pgs, podgroup("claim-both", resourceClaims=both))
+    await s.call("claim without a source", "POST", pgs, podgroup("claim-neither", resourceClaims=[{"name": "c"}]))
+    unnamed = [{"resourceClaimName": "x"}]
+    await s.call("claim without a name", "POST", pgs, podgroup("claim-unnamed", resourceClaims=unnamed))
+    bad = [{"name": "Bad_Claim", "resourceClaimName": "Bad_Name"}]
+    await s.call("claim with invalid names", "POST", pgs, podgroup("claim-bad", resourceClaims=bad))
+    twice = [{"name": "c", "resourceClaimName": "x"}, {"name": "c", "resourceClaimName": "y"}]
+    await s.call("claim names twice", "POST", pgs, podgroup("claim-twice", resourceClaims=twice))
+    ref = {"workload": {"workloadName": "job", "podGroupTemplateName": "workers"}}
+    await s.call("template reference", "POST", pgs, podgroup("ref", podGroupTemplateRef=ref))
+    await s.call("empty template reference", "POST", pgs, podgroup("ref-empty", podGroupTemplateRef={"workload": {}}))
+    topology = {"topology": [{"key": "example.com/rack"}]}
+    await s.call("schedulingConstraints (gate off)", "POST", pgs, podgroup("tas", schedulingConstraints=topology))
+    await s.call("disruptionMode PodGroup (gate off)", "POST", pgs, podgroup("wap", disruptionMode="PodGroup"))
+    await s.call("disruptionMode unknown", "POST", pgs, podgroup("wap-bad", disruptionMode="Some"))
+    await s.call("priority (gate off)", "POST", pgs, podgroup("prio", priorityClassName="high", priority=5))
+    await s.call("unknown field", "POST", pgs, podgroup("unknown", surprise=1))
+
+
+@case(fake=GANGS)
+async def podgroup_update_and_status(s: Side) -> None:
+    claims = [{"name": "domain", "resourceClaimTemplateName": "domain"}]
+    _, created = await s.call("create", "POST", s.podgroups, podgroup("pg", resourceClaims=claims))
+    path = f"{s.podgroups}/pg"
+    _, updated = await s.call("update labels", "PUT", path, labelled(created, x="1"))
+    changed = {**updated, "spec": {**updated["spec"], "schedulingPolicy": {"gang": {"minCount": 3}}}}
+    await s.call("change minCount: Invalid", "PUT", path, changed)
+    basic = {**updated, "spec": {**updated["spec"], "schedulingPolicy": {"basic": {}}}}
+    await s.call("gang to basic: Invalid", "PUT", path, basic)
+    fewer = {**updated, "spec": {**updated["spec"], "resourceClaims": []}}
+    await s.call("drop the claims: Invalid", "PUT", path, fewer)
+    ref = {"workload": {"workloadName": "job", "podGroupTemplateName": "workers"}}
+    referenced = {**updated, "spec": {**updated["spec"], "podGroupTemplateRef": ref}}
+    await s.call("set the template reference: Invalid", "PUT", path, referenced)
+    everything = {**updated, "spec": {"schedulingPolicy": {"basic": {}}, "podGroupTemplateRef": ref}}
+    await s.call("change everything: Invalid", "PUT", path, everything)
+    mode = {**updated, "spec": {**updated["spec"], "disruptionMode": "PodGroup"}}
+    await s.call("change disruptionMode", "PUT", path, mode)
+    await s.call("main write with a status: ignored", "PUT", path, {**updated, "status": {"conditions": []}})
+    condition = {
+        "type": "PodGroupScheduled",
+        "status": "True",
+        "reason": "Scheduled",
+        "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    statuses = [{"name": "domain", "resourceClaimName": "pg-domain-abcde"}]
+    status = {"conditions": [condition], "resourceClaimStatuses": statuses}
+    written = {**updated, "spec": {"schedulingPolicy": {"basic": {}}}, "status": status}
+    written["metadata"] = {**updated["metadata"], "labels": {"y": "2"}}
+    _, scheduled = await s.call("status write: spec and metadata ignored", "PUT", f"{path}/status", written)
+    await s.call("status write with the stale resourceVersion", "PUT", f"{path}/status", written)
+    unknown = {**scheduled, "status": {**status, "resourceClaimStatuses": [{"name": "other", "resourceClaimName": "x"}]}}
+    await s.call("claim status for an unknown claim: Invalid", "PUT", f"{path}/status", unknown)
+    bare = {k: v for k, v in condition.items() if k not in ("reason", "lastTransitionTime")}
+    await s.call("condition without reason and time", "PUT", f"{path}/status", {**scheduled, "status": {"conditions": [bare]}})
+    odd = {**condition, "status": "Maybe", "type": "Bad Type", "reason": "1bad"}
+    await s.call("odd condition", "PUT", f"{path}/status", {**scheduled, "status": {"conditions": [odd]}})
+    twice = {**scheduled, "status": {"conditions": [condition, condition]}}
+    await s.call("a condition twice", "PUT", f"{path}/status", twice)
+    patch = {"status": {"conditions": [{**condition, "status": "False", "reason": "Unschedulable"}]}}
+    await s.call("status merge patch", "PATCH", f"{path}/status", patch, content_type=MERGE)
+    await s.call("status write without a status", "PUT", f"{path}/status", {**scheduled, "status": None})
+    await s.call("merge patch of the spec: Invalid", "PATCH", path, {"spec": {"schedulingPolicy": {"gang": {"minCount": 5}}}}, content_type=MERGE)
+    await s.call("merge patch of labels", "PATCH", path, {"metadata": {"labels": {"z": "3"}}}, content_type=MERGE)
+    await s.call("get", "GET", path)
+
+
+@case(fake=GANGS)
+async def podgroup_protection(s: Side) -> None:
+    _, created = await s.call("create", "POST", s.podgroups, podgroup("pg"))
+    path = f"{s.podgroups}/pg"
+    await s.call("delete: marked", "DELETE", path)
+    _, marked = await s.call("get: still there", "GET", path)
+    await s.call("delete again", "DELETE", path)
+    more = {**marked, "metadata": {**marked["metadata"], "finalizers": [*marked["metadata"]["finalizers"], "example.com/b"]}}
+    await s.call("add a finalizer: Forbidden", "PUT", path, more)
+    with contextlib.suppress(_WatchRefused):
+        async with s.watch("watch", s.podgroups, resourceVersion=meta(marked)["resourceVersion"]) as w:
+            gone = {**marked, "metadata": {**marked["metadata"], "finalizers": []}}
+            await s.call("remove the finalizer", "PUT", path, gone)
+            s.record("its event", await w.next(1))
+    await s.call("get: gone", "GET", path)
+
+
+def workload(name: str, templates: list[dict[str, Any]] | None = None, **spec: Any) -> dict[str, Any]:
+    if templates is None:
+        templates = [{"name": "workers", "schedulingPolicy": {"gang": {"minCount": 2}}}]
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "Workload",
+        "metadata": {"name": name},
+        "spec": {"podGroupTemplates": templates, **spec},
+    }
+
+
+@case(fake=GANGS)
+async def workloads(s: Side) -> None:
+    _, created = await s.call("create", "POST", s.workloads, workload("job"))
+    path = f"{s.workloads}/job"
+    await s.call("get", "GET", path)
+    _, updated = await s.call("update labels", "PUT", path, labelled(created, x="1"))
+    other = workload("job", [{"name": "workers", "schedulingPolicy": {"gang": {"minCount": 3}}}])
+    await s.call("change the templates: Invalid", "PUT", path, {**updated, "spec": other["spec"]})
+    ref = {"apiGroup": "batch", "kind": "Job", "name": "job"}
+    await s.call("set controllerRef", "PUT", path, {**updated, "spec": {**updated["spec"], "controllerRef": ref}})
+    await s.call("no templates", "POST", s.workloads, workload("none", []))
+    nine = [{"name": f"t{i}", "schedulingPolicy": {"basic": {}}} for i in range(9)]
+    await s.call("nine templates", "POST", s.workloads, workload("nine", nine))
+    await s.call("template without policy", "POST", s.workloads, workload("nopolicy", [{"name": "t"}]))
+    ref = {"workload": {"workloadName": "job", "podGroupTemplateName": "workers"}}
+    await s.call("podgroup of a template", "POST", s.podgroups, podgroup("pg", podGroupTemplateRef=ref))
+    other = {"workload": {"workloadName": "job", "podGroupTemplateName": "other"}}
+    await s.call("podgroup of an unknown template", "POST", s.podgroups, podgroup("pg2", podGroupTemplateRef=other))
+    basic = {"workload": {"workloadName": "job", "podGroupTemplateName": "workers"}}
+    await s.call("podgroup of a template, other policy", "POST", s.podgroups, podgroup("pg3", {"basic": {}}, podGroupTemplateRef=basic))
+    await s.call("workload without spec", "POST", s.workloads, {k: v for k, v in workload("nospec").items() if k != "spec"})
+    bad = [{"name": "Bad_T", "schedulingPolicy": {"basic": {}}}, {"name": "x", "schedulingPolicy": {"gang": {"minCount": 0}}}]
+    await s.call("bad templates", "POST", s.workloads, workload("bad", bad))
+    twice = [{"name": "t", "schedulingPolicy": {"basic": {}}}, {"name": "t", "schedulingPolicy": {"basic": {}}}]
+    await s.call("templates twice", "POST", s.workloads, workload("twice", twice))
+    await s.call("workload with a bad controllerRef", "POST", s.workloads, workload("ctl", controllerRef={"name": "x"}))
+    await s.call("delete", "DELETE", path)
+    await s.call("get: gone", "GET", path)
+
+
+@case(fake=GANGS)
+async def scheduling_discovery(s: Side) -> None:
+    _, group = await s.call("group", "GET", "/apis/scheduling.k8s.io", record=False)
+    s.record("group", group)
+    _, listing = await s.call(SCHEDULING, "GET", SCHEDULING, record=False)
+    s.record(SCHEDULING, listing)
+
+
 # --- the normaliser ------------------------------------------------------------------------------------
 
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -997,6 +1208,7 @@ FAKE_SERVED = {
     "deviceclasses", "resourceclaims", "resourceclaims/status", "resourceclaimtemplates", "resourceslices",
     "pods", "pods/status", "pods/binding", "pods/eviction", "nodes", "nodes/status", "namespaces",
     "namespaces/status", "events", "poddisruptionbudgets", "poddisruptionbudgets/status", "leases",
+    "podgroups", "podgroups/status", "workloads",
 }  # fmt: skip
 DISCOVERY_KEYS = ("name", "singularName", "namespaced", "kind", "verbs", "shortNames", "group", "version")
 
@@ -1149,6 +1361,9 @@ async def test_the_fake_answers_as_kube_apiserver(case: Case, real: Real) -> Non
     connector = aiohttp.TCPConnector(ssl=real.ssl)
     async with aiohttp.ClientSession(real.server, headers=headers, connector=connector) as http:
         real_answers = normalised(await run_case(case, Side("real", http, ns, real.suffix, real=True, etcd=real.etcd)))
+    import os  # TEMP
+    if os.environ.get("DUMP_REAL"):  # TEMP
+        Path(os.environ["DUMP_REAL"], case.name + ".json").write_bytes(orjson.dumps(real_answers, option=orjson.OPT_INDENT_2))  # TEMP
     options = {"bookmark_interval": None, "minor_version": 36, **case.fake}
     async with FakeApiServer.running(**options) as fake, aiohttp.ClientSession(fake.url, headers=headers) as http:
         fake_answers = normalised(await run_case(case, Side("fake", http, ns, real.suffix, real=False)))

@@ -73,8 +73,10 @@ class EmbeddedBackend:
         store: ObjectStore | None = None,
         rng: random.Random | None = None,
         clock: Callable[[], str] = now_timestamp,
+        gangs: bool = True,
     ) -> None:
         self.store = store if store is not None else ObjectStore()
+        self._gangs = gangs
         self.faults = FaultInjector()
         #: Template claims the controller could not create, as "ns/pod: reason" (newest last).
         self.controller_errors: list[str] = []
@@ -317,6 +319,11 @@ class EmbeddedBackend:
         """The embedded cluster serves PodSchedulingContexts and plays the classic drivers whose
         capacity its nodes announce (``classic_driver.py``): classic DRA works here."""
         return ""
+
+    @property
+    def pod_groups(self) -> str:
+        """PodGroup manifests are loaded like any object; ``gangs=False`` (``--no-gangs``) ignores them."""
+        return "" if self._gangs else "gangs are switched off (--no-gangs)"
 
     async def create_scheduling_context(self, raw: dict[str, Any]) -> dict[str, Any]:
         """POST a PodSchedulingContext: status dropped, as the API server's strategy does."""

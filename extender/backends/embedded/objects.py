@@ -20,7 +20,7 @@ __all__ = [
 ]
 
 #: Kinds we know to be namespaced / cluster-scoped; other kinds keep whatever namespace they carry.
-NAMESPACED = frozenset({"ResourceClaim", "ResourceClaimTemplate", "Pod"})
+NAMESPACED = frozenset({"ResourceClaim", "ResourceClaimTemplate", "Pod", "PodGroup"})
 CLUSTER_SCOPED = frozenset({"Node", "Namespace", "DeviceClass", "ResourceSlice"})
 
 #: (kind, namespace, name); namespace is "" for cluster-scoped objects.

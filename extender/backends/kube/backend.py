@@ -45,7 +45,16 @@ from extender.state.filter.rejected import RejectedPod, RejectedPods
 
 from .client import MERGE_PATCH, ClientSettings, KubeClient
 from .config import ClusterConfig, load_cluster_config
-from .discovery import CLASSIC_VERSION, GROUP, TAINT_RULE_VERSION, discover, discover_classic, serves_taint_rules
+from .discovery import (
+    CLASSIC_VERSION,
+    GROUP,
+    SCHEDULING_GROUP,
+    TAINT_RULE_VERSION,
+    discover,
+    discover_classic,
+    discover_pod_groups,
+    serves_taint_rules,
+)
 from .errors import AccessDenied, ApiStatusError, KubeStartupError
 from .events import EventRecorder, EventSettings
 from .feeder import StoreFeeder
@@ -85,6 +94,9 @@ class KubeSettings:
     classic: bool = True
     """Drive classic DRA (PodSchedulingContexts) when the server serves it (1.31 with the
     DRAControlPlaneController gate); False: never watch or write them."""
+    gangs: bool = True
+    """Watch PodGroups (scheduling.k8s.io) where the server serves them; False: every pod is
+    scheduled on its own (``--no-gangs``)."""
     component: str = "dra-extender"
 
 
@@ -125,6 +137,10 @@ class KubeBackend:
         self._watch_taint_rules = False
         #: Why classic DRA is not driven ("" when it is): see ``classic_dra``.
         self._classic_problem = "the Kubernetes backend is not started"
+        #: The scheduling.k8s.io version PodGroups are watched in ("" while they are not) and why
+        #: not: see ``pod_groups``.
+        self._pod_group_version = ""
+        self._pod_group_problem = "the Kubernetes backend is not started"
         self.reflectors: dict[str, Reflector] = {}
         self.leader: LeaseWatcher | None = None
         self.requeuer: Requeuer | None = None
@@ -273,6 +289,7 @@ class KubeBackend:
         await self._discover_classic(version)
         await self._discover_budgets()
         await self._discover_taint_rules()
+        await self._discover_pod_groups()
         if self.settings.check_access:
             for resource in self._resources():
                 params = {"limit": "1"}
@@ -335,6 +352,33 @@ class KubeBackend:
         self._watch_taint_rules = True
         log.info("kube.taint_rules", api=f"{GROUP}/{TAINT_RULE_VERSION}")
 
+    async def _discover_pod_groups(self) -> None:
+        """Whether to watch PodGroups: served (GenericWorkload on, the version enabled) and
+        readable. A server that serves them to an extender without the RBAC is logged: its gangs
+        are then scheduled member by member, as kube-scheduler's own per-pod calls ask."""
+        assert self.client is not None
+        self._pod_group_version = ""
+        if not self.settings.gangs:
+            self._pod_group_problem = "gangs are switched off (--no-gangs)"
+            return
+        version = await discover_pod_groups(self.client)
+        if not version:
+            self._pod_group_problem = f"the API server does not serve {SCHEDULING_GROUP} podgroups"
+            log.info("kube.pod_groups_not_served", reason=self._pod_group_problem)
+            return
+        resource = Resource("PodGroup", f"{SCHEDULING_GROUP}/{version}", "podgroups")
+        try:
+            await self.client.request("GET", resource.path, params={"limit": "1"}, verb="list", resource=resource.name)
+        except AccessDenied as exc:
+            self._pod_group_problem = f"{exc.reason} (grant the extender get, list and watch on podgroups)"
+            log.warning("kube.pod_groups_forbidden", reason=self._pod_group_problem)
+            return
+        self._pod_group_version, self._pod_group_problem = version, ""
+        log.info("kube.pod_groups", api=resource.api_version)
+
+    def _pod_group_resource(self) -> Resource:
+        return Resource("PodGroup", f"{SCHEDULING_GROUP}/{self._pod_group_version}", "podgroups")
+
     def _taint_rule_resource(self) -> Resource:
         return Resource("DeviceTaintRule", f"{GROUP}/{TAINT_RULE_VERSION}", "devicetaintrules")
 
@@ -356,6 +400,7 @@ class KubeBackend:
             *([self._context_resource()] if self._classic_problem == "" else []),
             *([self._budget_resource()] if self._watch_budgets else []),
             *([self._taint_rule_resource()] if self._watch_taint_rules else []),
+            *([self._pod_group_resource()] if self._pod_group_version else []),
         ]
 
     async def _close_client(self) -> None:
@@ -538,6 +583,10 @@ class KubeBackend:
     @property
     def classic_dra(self) -> str:
         return self._classic_problem
+
+    @property
+    def pod_groups(self) -> str:
+        return self._pod_group_problem
 
     def _context_path(self, namespace: str, name: str = "") -> str:
         path = f"/apis/{GROUP}/{CLASSIC_VERSION}/namespaces/{namespace or 'default'}/podschedulingcontexts"

@@ -21,12 +21,15 @@ __all__ = [
     "CLASSIC_RESOURCES",
     "CLASSIC_VERSION",
     "GROUP",
+    "POD_GROUP_VERSIONS",
     "PREFERRED_VERSIONS",
     "REQUIRED_RESOURCES",
+    "SCHEDULING_GROUP",
     "TAINT_RULE_VERSION",
     "classic_problem",
     "discover",
     "discover_classic",
+    "discover_pod_groups",
     "missing_resources",
     "pick_version",
     "serves_taint_rules",
@@ -43,6 +46,10 @@ CLASSIC_RESOURCES = ("podschedulingcontexts", "podschedulingcontexts/status")
 #: DeviceTaintRules (KEP-5055): kube-scheduler 1.36 watches them in v1beta2 only (off by default:
 #: the DRADeviceTaintRules gate and ``--runtime-config=resource.k8s.io/v1beta2=true``).
 TAINT_RULE_VERSION = "v1beta2"
+#: PodGroups (KEP-4671, gate GenericWorkload): v1alpha2 in 1.36, v1beta1 (and v1alpha3) in 1.37; the
+#: newest served wins.
+SCHEDULING_GROUP = "scheduling.k8s.io"
+POD_GROUP_VERSIONS = ("v1beta1", "v1alpha3", "v1alpha2")
 _GATE = "Kubernetes 1.31 with the DRAControlPlaneController feature gate on the API server, controller-manager"
 
 
@@ -79,6 +86,31 @@ async def serves_taint_rules(client: KubeClient) -> bool:
     except ApiUnavailable:  # an aggregated discovery hiccup: without the rules, as before 1.36
         return False
     return not missing_resources(resource_list or {}, ("devicetaintrules",))
+
+
+async def discover_pod_groups(client: KubeClient) -> str:
+    """The scheduling.k8s.io version that serves ``podgroups`` ("v1alpha2", ...), or "" where none
+    does (the GenericWorkload gate is off, or the alpha/beta version is not enabled with
+    ``--runtime-config``). A discovery hiccup reads as not served: gangs are then scheduled as
+    ungrouped pods, as before 1.36."""
+    try:
+        group = await client.request(
+            "GET", f"/apis/{SCHEDULING_GROUP}", verb="get", resource=f"/apis/{SCHEDULING_GROUP}"
+        )
+    except (ObjectNotFound, ApiUnavailable):
+        return ""
+    served = {str(v.get("version")) for v in (group or {}).get("versions") or () if isinstance(v, dict)}
+    for version in POD_GROUP_VERSIONS:
+        if version not in served:
+            continue
+        path = f"/apis/{SCHEDULING_GROUP}/{version}"
+        try:
+            resource_list = await client.request("GET", path, verb="get", resource=path)
+        except (ObjectNotFound, ApiUnavailable):
+            continue
+        if not missing_resources(resource_list or {}, ("podgroups",)):
+            return version
+    return ""
 
 
 def pick_version(group: Mapping[str, Any]) -> str:
