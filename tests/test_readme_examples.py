@@ -332,6 +332,18 @@ def _check_ui_pending(body: Any) -> None:
     assert "default/two-gpu-pod" not in pending and "default/aligned-pod" in pending
 
 
+def _check_gang_filter(body: Any) -> None:
+    [node] = body["NodeNames"]
+    assert set(body["FailedNodes"].values()) == {f"gang default/workers: member planned on {node}"}
+
+
+def _check_podgroups(body: Any) -> None:
+    assert (body["minCount"], body["waiting"], body["need"]) == (2, ["worker-0", "worker-1"], 2)
+    placements = body["pass"]["plan"]["placements"]
+    assert sorted(p["pod"] for p in placements) == ["default/worker-0", "default/worker-1"]
+    assert all(len(p["devices"]) == 4 for p in placements)
+
+
 CHECKS: dict[str, Callable[[Any], None]] = {
     "filter": _check_filter,
     "filter-nodes": _check_filter_nodes,
@@ -364,6 +376,8 @@ CHECKS: dict[str, Callable[[Any], None]] = {
     "ui-node": _check_ui_node,
     "ui-pools": _check_ui_pools,
     "ui-pending": _check_ui_pending,
+    "gang-filter": _check_gang_filter,
+    "podgroups": _check_podgroups,
 }
 TEXT_CHECKS: dict[str, Callable[[str], None]] = {
     "metrics": _check_metrics,

@@ -4,7 +4,7 @@ Nothing happens at import time. Routes (under ``settings.path_prefix``, default 
 
 - ``POST filter``, ``POST prioritize``, ``POST preempt``, ``POST bind``: the kube-scheduler extender verbs;
 - ``POST debug/explain``; ``GET debug/resourceclaims/{namespace}/{name}``,
-  ``GET debug/pods/{namespace}/{name}``, ``GET debug/nodes/{node}``,
+  ``GET debug/pods/{namespace}/{name}``, ``GET debug/nodes/{node}``, ``GET debug/podgroups/{namespace}/{name}``,
   ``GET debug/podschedulingcontexts/{namespace}/{name}`` (classic DRA), ``GET debug/why/{namespace}/{name}``,
   ``GET debug/objects``;
 - ``GET healthz``, ``GET readyz`` (503 until the backend synced), ``GET metrics``;
@@ -62,6 +62,7 @@ def create_app(
     router.add_get(f"{prefix}debug/resourceclaims/{{namespace}}/{{name}}", debug.debug_claim, name="debug_claim")
     router.add_get(f"{prefix}debug/pods/{{namespace}}/{{name}}", debug.debug_pod, name="debug_pod")
     router.add_get(f"{prefix}debug/nodes/{{node}}", debug.debug_node, name="debug_node")
+    router.add_get(f"{prefix}debug/podgroups/{{namespace}}/{{name}}", debug.debug_pod_group, name="debug_pod_group")
     router.add_get(f"{prefix}debug/why/{{namespace}}/{{name}}", debug.debug_why, name="debug_why")
     router.add_get(f"{prefix}debug/objects", debug.debug_objects, name="debug_objects")
     router.add_get(

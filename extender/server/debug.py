@@ -104,6 +104,15 @@ async def debug_pod(request: web.Request) -> web.Response:
     return json_response(pod)
 
 
+async def debug_pod_group(request: web.Request) -> web.Response:
+    """A PodGroup, its members and its gang's open pass (``DebugViews.pod_group``)."""
+    namespace, name = request.match_info["namespace"], request.match_info["name"]
+    group = request.app[VIEWS].pod_group(namespace, name)
+    if group is None:
+        return json_error(404, f"podgroup {namespace}/{name} not found")
+    return json_response(group)
+
+
 async def debug_node(request: web.Request) -> web.Response:
     return json_response(request.app[VIEWS].node(request.match_info["node"]))
 

@@ -163,6 +163,16 @@ class _StateCollector(Collector):
         for outcome in ("placed", "kept", "moved", "dropped", "expired"):
             holds.add_metric([outcome], stats.holds.get(outcome, 0))
         yield holds
+        gang_plans = CounterMetricFamily(
+            f"{NAMESPACE}_gang_plans",
+            "Joint plans of a gang's devices (docs/gangs.md), by outcome: found, greedy (the search "
+            "budget spent, one member at a time placed enough), infeasible, budget (spent, and greedy "
+            "did not place enough), remembered (an unchanged infeasible gang answered from memory).",
+            labels=["outcome"],
+        )
+        for outcome in ("found", "greedy", "infeasible", "budget", "remembered"):
+            gang_plans.add_metric([outcome], stats.gang_plans.get(outcome, 0))
+        yield gang_plans
         scalars: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str, float], ...] = (
             (
                 CounterMetricFamily,

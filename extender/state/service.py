@@ -36,11 +36,13 @@ from extender.state.cache.ledger import InFlightLedger
 from extender.state.cache.pods import pod_uid
 from extender.state.classic import ClassicNegotiator
 from extender.state.filter.attempt import Attempt, Attempts
+from extender.state.filter.gangs import DEFAULT_GANG_HOLD_SECONDS, GangFilter
 from extender.state.filter.holds import DEFAULT_HOLD_SECONDS, Holds
 from extender.state.filter.prioritize import Prioritizer
 from extender.state.filter.recovery import PostFilter
 from extender.state.filter.rejected import RejectedPods
 from extender.state.filter.verdicts import DuplicateNodes, FilterOutcome, VerdictCache
+from extender.state.gangs import Gangs
 from extender.state.preemption.devices import DevicePreemption
 from extender.state.preemption.verb import DEFAULT_PREEMPT_TIMEOUT_SECONDS, NodeVictims, PreemptOutcome, PreemptVerb
 from extender.state.stats import ServiceStats
@@ -92,6 +94,7 @@ class SchedulingService:
         filter_timeout_seconds: float = DEFAULT_FILTER_TIMEOUT_SECONDS,
         preemption: bool = True,
         preempt_timeout_seconds: float = DEFAULT_PREEMPT_TIMEOUT_SECONDS,
+        gang_hold_seconds: float = DEFAULT_GANG_HOLD_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -124,6 +127,17 @@ class SchedulingService:
         self.post_filter = PostFilter(
             cluster=cluster, classic=self.classic, preemption=self.preemption, attempts=self.attempts
         )
+        #: Gangs (PodGroups with a minCount): their members are planned and answered together
+        #: (``filter/gangs.py``; spec/workloads-and-gangs.md).
+        self.gangs = Gangs(backend, binding=binding)
+        self.gang_filter = GangFilter(
+            cluster=cluster,
+            gangs=self.gangs,
+            verdicts=self.verdicts,
+            stats=self.stats,
+            hold_seconds=gang_hold_seconds,
+            clock=clock,
+        )
         self.preempt_verb = PreemptVerb(cluster, self.preemption, timeout_seconds=preempt_timeout_seconds, clock=clock)
         self.holds = Holds(cluster, self.stats, seconds=hold_seconds, binding=binding)
         self.prioritizer = Prioritizer(
@@ -152,13 +166,21 @@ class SchedulingService:
 
     def filter(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
         """Filter without PostFilter (``filter_and_recover`` is the verb)."""
+        gang = self.gang_filter.filter(pod, node_names) if self.gangs.enabled else None
+        if gang is not None:
+            return gang
         return self._decide_and_apply(pod, node_names).outcome
 
     async def filter_and_recover(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
         """The filter verb: the attempt decided and applied, letting the event loop run during a
         long search (``cooperative.py``: a hold's own search too); then, when no node fits,
         PostFilter over the same attempt (``filter/recovery.py``: stale claims freed, or
-        preemption)."""
+        preemption). A gang's member is answered from its gang's plan instead
+        (``filter/gangs.py``)."""
+        if self.gangs.enabled:
+            gang = await cooperative.run(self.gang_filter.filter, pod, node_names)
+            if gang is not None:
+                return gang
         attempt = await cooperative.run(self._decide_and_apply, pod, node_names)
         return await self.post_filter.run(attempt)
 

@@ -27,9 +27,16 @@ class ServiceStats:
     binding_conditions_met: int = 0
     binding_conditions_pending: int = 0
     claim_wait_seconds: float = 0.0
+    #: Gang plans by outcome: found, greedy (the search budget ran out, one member at a time
+    #: placed enough), infeasible, budget (ran out, and greedy did not place enough), remembered
+    #: (an infeasible answer reused: nothing changed since).
+    gang_plans: dict[str, int] = field(default_factory=dict)
 
     def count_hold(self, outcome: str, n: int = 1) -> None:
         self.holds[outcome] = self.holds.get(outcome, 0) + n
+
+    def count_gang_plan(self, outcome: str) -> None:
+        self.gang_plans[outcome] = self.gang_plans.get(outcome, 0) + 1
 
     def count_bind_failure(self, kind: str) -> None:
         self.binds_failed[kind] = self.binds_failed.get(kind, 0) + 1

@@ -41,6 +41,10 @@ def without_v1_form(kind: str, raw: Mapping[str, Any], *, api_version: str | Non
     return kind in ("ResourceClaim", "ResourceClaimTemplate") and bool(spec.get("controller"))
 
 
+def _pod_name(pod: Mapping[str, Any]) -> str:
+    return str((pod.get("metadata") or {}).get("name") or "")
+
+
 class DebugViews:
     """The read-only views over one service (its cluster, its attempts, its preemption)."""
 
@@ -75,6 +79,32 @@ class DebugViews:
         """The PodSchedulingContext (classic DRA; named after its pod) as the store holds it."""
         raw = self.store.raw_scheduling_contexts.get(f"{namespace}/{name}")
         return copy.deepcopy(raw) if raw is not None else None
+
+    def pod_group(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A PodGroup as the service sees it: its gang policy, topology and claims, its members by
+        state (waiting, or placed on a node), and the open pass of its gang (plan, answers, or why
+        no plan exists); None when the store has no such group."""
+        group = self.store.pod_groups.get(f"{namespace}/{name}")
+        if group is None:
+            return None
+        members = self.service.gangs.members(group)
+        return {
+            "name": group.name,
+            "namespace": group.namespace,
+            "uid": group.uid,
+            "apiVersion": group.api_version,
+            "minCount": group.min_count,
+            "topologyKey": group.topology_key or None,
+            "claims": [
+                {"name": c.name, "resourceClaimName": c.claim_name, "resourceClaimTemplateName": c.template_name}
+                for c in group.claims
+            ],
+            "seen": self.service.gangs.enabled,
+            "waiting": [_pod_name(p) for p in members.waiting],
+            "placed": {_pod_name(p): (p.get("spec") or {}).get("nodeName") or "(binding)" for p in members.placed},
+            "need": members.need,
+            "pass": self.service.gang_filter.describe(group.key),
+        }
 
     def node(self, node_name: str) -> dict[str, Any]:
         """The node's devices, each with its pool, attributes and the claims holding it: allocated

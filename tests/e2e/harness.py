@@ -176,8 +176,15 @@ class Deployment:
             if exc.status != 409:
                 raise
 
-    def start_pair(self, *, extender_args: Sequence[str] = (), leader_election: bool = True) -> Pair:
-        """One more replica: the extender (ready), then its kube-scheduler (healthy)."""
+    def start_pair(
+        self,
+        *,
+        extender_args: Sequence[str] = (),
+        leader_election: bool = True,
+        scheduler_args: Sequence[str] = (),
+    ) -> Pair:
+        """One more replica: the extender (ready), then its kube-scheduler (healthy), started with
+        ``scheduler_args`` (feature gates, say)."""
         index = next(_replica_numbers)  # never a running pair's name, even after one was stopped
         name = f"replica-{index}"
         extender = Extender(
@@ -197,7 +204,7 @@ class Deployment:
             # deadline loses the Lease, and kube-scheduler exits when it does.
             election.update(leaseDuration="15s", renewDeadline="10s", retryPeriod="2s")
         try:
-            scheduler = self.plane.start_scheduler(config, name=f"kube-scheduler-{name}")
+            scheduler = self.plane.start_scheduler(config, name=f"kube-scheduler-{name}", extra_args=scheduler_args)
         except BaseException:
             extender.stop()
             raise
@@ -254,7 +261,7 @@ def _collection_path(doc: Mapping[str, Any]) -> str:
         "Pod": "pods", "Node": "nodes", "PodDisruptionBudget": "poddisruptionbudgets",
         "DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
         "ResourceClaimTemplate": "resourceclaimtemplates", "ConfigMap": "configmaps",
-        "PriorityClass": "priorityclasses", "DeviceTaintRule": "devicetaintrules",
+        "PriorityClass": "priorityclasses", "DeviceTaintRule": "devicetaintrules", "PodGroup": "podgroups",
     }[kind]  # fmt: skip
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     namespace = (doc.get("metadata") or {}).get("namespace")

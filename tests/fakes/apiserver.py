@@ -31,6 +31,13 @@ What it emulates (each piece documented where it lives):
   gated claim and class fields kept, 1.31's v1alpha3 validation; with the gate off the collection
   is absent (discovery, 404) and v1alpha3 writes lose the gated fields (``classic.py``,
   ``validation.py``);
+- gang scheduling of Kubernetes 1.36 (``gangs=True``: GenericWorkload with
+  ``--runtime-config=scheduling.k8s.io/v1alpha2=true``, and the other gates of the gang
+  experiments): ``podgroups`` (+``status``) and ``workloads`` in scheduling.k8s.io/v1alpha2 through
+  the generic verbs, the ``scheduling.k8s.io/podgroup-protection`` finalizer added to every created
+  PodGroup (a DELETE then only marks it), the check that a PodGroup's Workload template exists (403),
+  their validation, immutable specs and gated-field drops; without it the group is absent (discovery,
+  404) (``podgroups.py``);
 - resourceVersions from one global counter, LIST paging with consistent ``continue`` tokens,
   WATCH replay, bookmarks (the ``k8s.io/initial-events-end`` one after initial events, also for a
   watch from resourceVersion "" or "0", which 1.36 defaults to ``sendInitialEvents``) and 410 after
@@ -61,6 +68,10 @@ Differences from kube-apiserver v1.36.3 kept on purpose:
 - Updates without ``metadata.resourceVersion``: the fake refuses updates without resourceVersion
   unless unconditional_updates=True (422, worded as for a Lease), where the real strategies of most
   kinds take them; a correct client always sends one, and the strictness catches one that does not.
+- scheduling.k8s.io/v1 (PriorityClasses) is not served: the group lists v1alpha2 alone, as its
+  preferred version (kube-apiserver lists v1 too and prefers it), and without ``gangs`` the group
+  is absent where kube-apiserver still serves v1. No controller removes the PodGroup protection
+  finalizer.
 - Pods: no kubelet: the fake ends a bound pod's graceful deletion at once, the real one waits for
   the kubelet (the DELETE's answer and the MODIFIED event that marks the pod are the real ones;
   the pod is then gone instead of Terminating). No pod or node defaulting or admission (restart
@@ -227,6 +238,8 @@ class FakeApiServer:
     ``status.allocation.controller``, ``status.deallocationRequested`` and
     ``DeviceClass.spec.suitableNodes``; off (default), the collection is absent (404, not in
     discovery) and v1alpha3 writes silently lose those fields.
+    ``gangs``: serve PodGroups and Workloads (scheduling.k8s.io/v1alpha2) as kube-apiserver 1.36
+    with GenericWorkload (``podgroups.py``); off (default), the group is absent.
     """
 
     resource_versions: Sequence[str] = ("v1", "v1beta2", "v1beta1")
@@ -728,7 +741,11 @@ class FakeApiServer:
             )
             return _json(registry.serve(rt, target.version, stored))
         if verb == "delete":
-            return _json(registry.serve(rt, target.version, registry.delete(rt, ns, name, body)))
+            removed = registry.delete(rt, ns, name, body)
+            if rt.deleted_status and self.storage.get((rt.group, rt.plural), (ns, name)) is None:
+                uid = str((removed.get("metadata") or {}).get("uid") or "")
+                return _json(st.deleted(rt.plural, rt.group, name, uid))
+            return _json(registry.serve(rt, target.version, removed))
         raise st.method_not_allowed(verb, rt.plural)
 
     def _apply(self, record: RequestRecord, target: Target, raw: bytes) -> web.Response:

@@ -6,6 +6,9 @@ does (``SetDefaults_*``), for the kinds whose defaults clients meet.
   ExactCount and it has no count (or 0); device tolerations get ``operator: Equal``. In v1beta1 and
   v1alpha3 the request itself is the exact request (unless it has ``firstAvailable``). A
   template's ``spec.metadata`` is ``{}`` when absent (ObjectMeta is a struct: always written).
+- scheduling.k8s.io PodGroup: ``status: {}``, ``spec.podGroupTemplateRef: null`` and
+  ``spec.disruptionMode: Pod`` when absent; Workload: each template's ``schedulingConstraints:
+  null`` (``podgroups.py``).
 - core/v1 Event: ``source: {}``, ``firstTimestamp``, ``lastTimestamp`` and ``eventTime`` null,
   ``reportingComponent`` and ``reportingInstance`` "" when absent (Go zero values, written by the
   apiserver's JSON); events.k8s.io/v1 Event: ``deprecatedSource: {}``,
@@ -20,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .resources import RESOURCE_GROUP, ResourceType
+from .podgroups import default as default_scheduling
+from .resources import RESOURCE_GROUP, SCHEDULING_GROUP, ResourceType
 
 __all__ = ["apply_defaults"]
 
@@ -68,6 +72,8 @@ def apply_defaults(rt: ResourceType, version: str, obj: dict[str, Any]) -> None:
             obj.setdefault(name, None)
         for name in ("reportingComponent", "reportingInstance"):
             obj.setdefault(name, "")
+    elif rt.group == SCHEDULING_GROUP:
+        default_scheduling(rt.kind, obj)
     elif rt.kind == "Event" and rt.group == "events.k8s.io":
         obj.setdefault("deprecatedSource", {})
         for name in ("deprecatedFirstTimestamp", "deprecatedLastTimestamp"):

@@ -13,8 +13,9 @@ tokens and the initial part of WATCH. Errors are ``ApiError`` carrying the real 
 
 Per-type strategy parts live with their rules: validation in ``validation.py``, the fields the
 DRAControlPlaneController gate drops in v1alpha3 writes in ``classic.py``, server-side apply in
-``apply.py``. PodSchedulingContext (STR131): create clears the status, a main-resource write keeps
-the stored status, a ``/status`` write keeps spec and metadata, and updates without a
+``apply.py``, and PodGroups' and Workloads' admission, dropped fields and validation in
+``podgroups.py``. PodSchedulingContext (STR131): create clears the status, a main-resource write
+keeps the stored status, a ``/status`` write keeps spec and metadata, and updates without a
 resourceVersion are allowed. Pods: a ``/status`` write takes labels, annotations and finalizers
 from the body too (only spec, ownerReferences and deletionTimestamp are kept).
 
@@ -52,7 +53,18 @@ from .classic import drop_disabled_fields
 from .defaults import apply_defaults
 from .disruption import check_pdb_spec, check_pdb_status, evict
 from .managed import APPLY, UPDATE, Entry, encode, leaves, record_update
-from .resources import CATALOG, RESOURCE_GROUP, ResourceType, shape_family
+from .podgroups import (
+    admit_pod_group,
+    check_pod_group,
+    check_pod_group_status,
+    check_pod_group_update,
+    check_workload,
+    check_workload_update,
+    normalise_status,
+    template_ref_problem,
+)
+from .podgroups import drop_disabled_fields as drop_disabled_scheduling_fields
+from .resources import CATALOG, RESOURCE_GROUP, SCHEDULING_GROUP, ResourceType, shape_family
 from .selectors import Selector, match_all
 from .status import FieldError
 from .storage import Change, Key, Storage
@@ -289,11 +301,13 @@ class Registry:
             meta["name"] = str(meta["generateName"]) + "".join(self.rng.choice(_NAME_ALPHABET) for _ in range(5))
         name = meta.get("name")
         apply_defaults(rt, version, obj)
+        _admit(rt, obj)
         errors = check_name(name) + check_metadata(meta) + _object_errors(rt, version, obj)
         if errors:
             raise st.invalid(rt.kind, rt.group, str(name or ""), errors)
         if rt.namespaced and self.storage.get(("", "namespaces"), ("", namespace)) is None:
             raise st.not_found("namespaces", "", namespace)
+        self._check_references(rt, namespace, str(name), obj)
         collection, key = (rt.group, rt.plural), (namespace, str(name))
         if self.storage.get(collection, key) is not None:
             raise st.already_exists(rt.plural, rt.group, str(name))
@@ -682,6 +696,19 @@ class Registry:
     ) -> None:
         if version == CLASSIC_VERSION and rt.group == RESOURCE_GROUP and not self.classic:
             drop_disabled_fields(rt.kind, new, old, parts=parts)
+        if rt.group == SCHEDULING_GROUP:
+            drop_disabled_scheduling_fields(rt.kind, new, old, parts=parts)
+
+    def _check_references(self, rt: ResourceType, namespace: str, name: str, obj: dict[str, Any]) -> None:
+        """Validating admission of a new object that names others: a PodGroup's Workload template
+        must exist (``podgroups.py``): 403 otherwise."""
+        if rt.kind != "PodGroup" or rt.group != SCHEDULING_GROUP:
+            return
+        problem = template_ref_problem(
+            obj, lambda workload: self.storage.get((SCHEDULING_GROUP, "workloads"), (namespace, workload))
+        )
+        if problem:
+            raise st.admission_denied(rt.plural, rt.group, name, problem)
 
     def _main_errors(
         self, rt: ResourceType, version: str, old: dict[str, Any], new: dict[str, Any]
@@ -693,6 +720,8 @@ class Registry:
             errors += check_pod_scheduling_spec(new)
         if rt.kind == "PodDisruptionBudget":
             errors += check_pdb_spec(new)
+        if rt.group == SCHEDULING_GROUP:
+            errors += check_pod_group_update(old, new) if rt.kind == "PodGroup" else check_workload_update(old, new)
         return errors
 
     def _check_apply_preconditions(self, rt: ResourceType, old: dict[str, Any], meta: dict[str, Any]) -> None:
@@ -804,6 +833,8 @@ class Registry:
         new = {**old, "apiVersion": rt.api_version(version)}
         status = new_in.get("status")
         new["status"] = status if isinstance(status, dict) and status else _empty_status(rt)
+        if rt.kind == "PodGroup":
+            normalise_status(new["status"])
         if rt.kind == "Pod" and not rt.group:
             meta, meta_in = dict(_meta(old)), _meta(new_in)
             for field in ("labels", "annotations", "finalizers"):
@@ -872,7 +903,17 @@ def _object_errors(rt: ResourceType, version: str, obj: dict[str, Any]) -> list[
         return check_claim_spec(version, obj, template=True)
     if rt.kind == "PodDisruptionBudget":
         return check_pdb_spec(obj)
+    if rt.kind == "PodGroup":
+        return check_pod_group(obj)
+    if rt.kind == "Workload":
+        return check_workload(obj)
     return []
+
+
+def _admit(rt: ResourceType, obj: dict[str, Any]) -> None:
+    """The mutating admission plugins of a create: PodGroupProtection (``podgroups.py``)."""
+    if rt.kind == "PodGroup" and rt.group == SCHEDULING_GROUP:
+        admit_pod_group(obj)
 
 
 def _later(timestamp: str, seconds: int) -> str:
@@ -900,11 +941,13 @@ def _status_errors(rt: ResourceType, version: str, old: dict[str, Any], new: dic
         return check_pod_scheduling_status(new.get("status"))
     if rt.kind == "PodDisruptionBudget":
         return check_pdb_status(new.get("status"))
+    if rt.kind == "PodGroup":
+        return check_pod_group_status(new)
     return []
 
 
 def _reset_status_on_create(rt: ResourceType, obj: dict[str, Any]) -> None:
-    if rt.kind in ("ResourceClaim", "PodSchedulingContext"):
+    if rt.kind in ("ResourceClaim", "PodSchedulingContext", "PodGroup"):
         obj["status"] = {}
     elif rt.kind == "Pod":
         obj["status"] = {"phase": "Pending"}

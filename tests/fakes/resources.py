@@ -84,6 +84,9 @@ class ResourceType:
     whose strategy allows it). ``conditional_update``: the strategy's ``AllowUnconditionalUpdate``
     is false (Lease, PodDisruptionBudget): such an update is 422 whatever the fake's setting.
     ``apply``: server-side apply is emulated for this type (``apply.py``).
+    ``deleted_status``: a DELETE that removes the object answers a Success Status naming it, not
+    the object (its storage's ``ReturnDeletedObject`` is false); one that only marks it (finalizers)
+    answers the object either way.
     """
 
     group: str
@@ -102,6 +105,7 @@ class ResourceType:
     unconditional_update: bool = False
     conditional_update: bool = False
     apply: bool = False
+    deleted_status: bool = False
 
     @property
     def qualified(self) -> str:
@@ -140,8 +144,8 @@ def _dra(
 
 
 #: ``generation`` as kube-apiserver 1.36's strategies set it: DeviceClass, ResourceSlice, Pod and
-#: PodDisruptionBudget have one; ResourceClaim, ResourceClaimTemplate, Node, Namespace, Event and
-#: Lease do not.
+#: PodDisruptionBudget have one; ResourceClaim, ResourceClaimTemplate, Node, Namespace, Event,
+#: Lease, PodGroup and Workload do not.
 CATALOG: tuple[ResourceType, ...] = (
     _dra("deviceclasses", "deviceclass", "DeviceClass", namespaced=False),
     _dra("resourceclaims", "resourceclaim", "ResourceClaim", namespaced=True, status=True, generation=False),
@@ -172,7 +176,8 @@ CATALOG: tuple[ResourceType, ...] = (
         unconditional_update=True,
         apply=True,
     ),
-    # KEP-4671 (1.36): the scheduling.k8s.io/v1alpha2 collections, behind GenericWorkload.
+    # KEP-4671 (1.36): the scheduling.k8s.io/v1alpha2 collections, behind GenericWorkload; neither
+    # strategy sets a generation (``podgroups.py``).
     ResourceType(
         group=SCHEDULING_GROUP,
         versions=("v1alpha2",),
@@ -181,8 +186,8 @@ CATALOG: tuple[ResourceType, ...] = (
         kind="PodGroup",
         namespaced=True,
         status=True,
-        generation=True,
         feature_gate=GENERIC_WORKLOAD_GATE,
+        deleted_status=True,
     ),
     ResourceType(
         group=SCHEDULING_GROUP,
@@ -191,8 +196,8 @@ CATALOG: tuple[ResourceType, ...] = (
         singular="workload",
         kind="Workload",
         namespaced=True,
-        generation=True,
         feature_gate=GENERIC_WORKLOAD_GATE,
+        deleted_status=True,
     ),
     ResourceType(
         group="",
@@ -357,9 +362,7 @@ def shape_family(group: str, version: str) -> str:
 # --- discovery documents ------------------------------------------------------------------------
 
 
-def served_groups(
-    resource_versions: Sequence[str], gates: Collection[str] = ()
-) -> list[tuple[str, tuple[str, ...]]]:
+def served_groups(resource_versions: Sequence[str], gates: Collection[str] = ()) -> list[tuple[str, tuple[str, ...]]]:
     """(group, served versions newest first) for every non-core group, resource.k8s.io configured.
     A group version is served while one of its types exists (``is_enabled`` with ``gates``), as
     kube-apiserver skips a group version left without resources."""

@@ -13,9 +13,11 @@ from typing import Any
 __all__ = [
     "ApiError",
     "FieldError",
+    "admission_denied",
     "already_exists",
     "bad_request",
     "conflict",
+    "deleted",
     "expired",
     "failure",
     "forbidden",
@@ -53,6 +55,14 @@ def status_body(code: int, reason: str, message: str, details: dict[str, Any] | 
 def success(code: int = 201) -> dict[str, Any]:
     """The Success Status some verbs answer (``pods/binding`` create answers this with 201)."""
     return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code}
+
+
+def deleted(resource: str, group: str, name: str, uid: str) -> dict[str, Any]:
+    """What a DELETE that removed the object answers when its storage does not return the deleted
+    object (``ReturnDeletedObject`` false): a Success Status naming it, without ``code``."""
+    details = _details(name, group, resource)
+    details["uid"] = uid
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
 
 
 class ApiError(Exception):
@@ -202,6 +212,13 @@ def forbidden(
     scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
     message = f'{subject} is forbidden: User "{user}" cannot {verb} resource "{full}" in API group "{group}" {scope}'
     return ApiError(status_body(403, "Forbidden", message, _details(name, group, full)))
+
+
+def admission_denied(resource: str, group: str, name: str, message: str) -> ApiError:
+    """403 Forbidden from an admission plugin (``admission.NewForbidden``): ``message`` after the
+    object's name."""
+    text = f'{_qualified(resource, group)} "{name}" is forbidden: {message}'
+    return ApiError(status_body(403, "Forbidden", text, _details(name, group, resource)))
 
 
 def too_many_requests(retry_after: int) -> ApiError:

@@ -43,6 +43,8 @@ __all__ = [
     "check_pod_scheduling_spec",
     "check_pod_scheduling_status",
     "dns_label_errors",
+    "qualified_name_problems",
+    "subdomain_errors",
 ]
 
 #: resource.ResourceClaimReservedForMaxSize.
@@ -86,7 +88,7 @@ _DNS_LABEL_HELP = (
 )
 
 
-def _qualified_name_problems(value: str) -> list[str]:
+def qualified_name_problems(value: str) -> list[str]:
     """``IsQualifiedName``: an optional DNS subdomain prefix and ``/``, then a name part."""
     parts = value.split("/")
     problems: list[str] = []
@@ -119,7 +121,7 @@ def _label_errors(labels: dict[str, str]) -> list[FieldError]:
     reported on ``metadata.labels`` quoting the key or value."""
     errors: list[FieldError] = []
     for key, value in labels.items():
-        for problem in _qualified_name_problems(key):
+        for problem in qualified_name_problems(key):
             errors.append(FieldError("metadata.labels", "FieldValueInvalid", f'Invalid value: "{key}": {problem}'))
         if len(value) > 63:
             errors.append(
@@ -140,7 +142,7 @@ def _annotation_errors(annotations: dict[str, str]) -> list[FieldError]:
     """``ValidateAnnotations``: keys are qualified names (checked lower-cased)."""
     errors: list[FieldError] = []
     for key in annotations:
-        for problem in _qualified_name_problems(key.lower()):
+        for problem in qualified_name_problems(key.lower()):
             errors.append(FieldError("metadata.annotations", "FieldValueInvalid", f'Invalid value: "{key}": {problem}'))
     return errors
 
@@ -169,7 +171,7 @@ def check_name(name: Any, path: str = "metadata.name") -> list[FieldError]:
     return []
 
 
-def _subdomain_errors(value: str, path: str, shown: str | None = None) -> list[FieldError]:
+def subdomain_errors(value: str, path: str, shown: str | None = None) -> list[FieldError]:
     """``IsDNS1123Subdomain`` as ``field.Invalid`` errors (both the length and the pattern can fail);
     ``shown`` is the value the message quotes when another string was checked."""
     quoted = value if shown is None else shown
@@ -197,7 +199,7 @@ def check_driver_name(name: Any, path: str) -> list[FieldError]:
     errors: list[FieldError] = []
     if len(name) > MAX_DRIVER_NAME:
         errors.append(_too_long(path, MAX_DRIVER_NAME))
-    return errors + _subdomain_errors(name.lower(), path, shown=name)
+    return errors + subdomain_errors(name.lower(), path, shown=name)
 
 
 def check_node_name_set(nodes: Any, path: str) -> list[FieldError]:
@@ -211,7 +213,7 @@ def check_node_name_set(nodes: Any, path: str) -> list[FieldError]:
     errors: list[FieldError] = []
     for index, node in enumerate(nodes):
         if isinstance(node, str):
-            errors.extend(_subdomain_errors(node, f"{path}[{index}]"))
+            errors.extend(subdomain_errors(node, f"{path}[{index}]"))
         else:
             errors.append(FieldError(f"{path}[{index}]", "FieldValueInvalid", "Invalid value: must be a string"))
     if len(nodes) > MAX_NODE_LIST:
@@ -366,7 +368,7 @@ def _exact_errors(exact: dict[str, Any], path: str) -> list[FieldError]:
     if not isinstance(class_name, str) or not class_name:
         errors = [FieldError(f"{path}.deviceClassName", "FieldValueRequired", "Required value")]
     else:
-        errors = _subdomain_errors(class_name, f"{path}.deviceClassName")
+        errors = subdomain_errors(class_name, f"{path}.deviceClassName")
     mode, count = exact.get("allocationMode"), exact.get("count")
     if mode == "All":
         if count not in (None, 0):

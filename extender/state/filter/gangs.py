@@ -1,0 +1,376 @@
+"""The filter verb for a gang's members: one joint plan per pass, each member pinned to its node
+(spec/workloads-and-gangs.md §7.3-§7.4).
+
+kube-scheduler 1.36 runs a gang as a *pass*: every waiting member filtered in turn (its filter
+answer decides that member alone), each assumed, then the binds of all of them. Nothing in a
+request says which pass it belongs to, so:
+
+- a **pass starts** at a member's filter when no pass of its group is open, or when that member was
+  answered in the open one already (the next pass, a topology placement, a preemption rerun);
+- at the start the whole gang is **planned** (``core/gangplan.py``) over the nodes the member was
+  offered, its devices and every other waiting member's, and the pass's previous holds are
+  replaced by the plan's: nothing else takes those devices until the binds (``gang_hold_seconds``
+  at most);
+- each member is **pinned**: its answer names its planned node only (with one node kube-scheduler
+  skips prioritize and the in-tree scores, so they cannot pull a member off the plan) and fails the
+  other nodes with ``gang <ns/pg>: member planned on <node>``. A member the plan leaves out fails
+  every node (``gang <ns/pg> complete without this member``); where no plan exists every member
+  fails with why (``gang <ns/pg>: 2 of 3 members fit (minCount 3)``) and nothing is held;
+- a member whose planned node is not among the nodes it is offered (kube-scheduler's own filters
+  removed it, e.g. CPU taken by members assumed before it) gets the gang planned again, the
+  members answered so far kept on their nodes and this one restricted to its offered nodes.
+
+An infeasible answer is remembered for as long as nothing it depends on changes (the members, the
+nodes offered, the store, the ledger), so kube-scheduler's back-to-back retries of a gang that does
+not fit (~750 passes a second on an idle scheduler, spec §3.4) cost a lookup each.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from extender.core.budget import DEFAULT_SLICE_SECONDS
+from extender.core.errors import ExtenderError
+from extender.core.gangplan import DEFAULT_MAX_CHECKS, GangInfeasible, GangMember, GangPlan, GangPlanner
+from extender.core.podgroups import PodGroup
+from extender.state.cache.claims import PodClaims
+from extender.state.cache.cluster import ClusterView
+from extender.state.cache.pods import pod_key, pod_uid
+from extender.state.cooperative import Pacer
+from extender.state.filter.holds import record
+from extender.state.filter.verdicts import FilterOutcome, VerdictCache
+from extender.state.gangs import GangMembers, Gangs
+from extender.state.stats import ServiceStats
+
+__all__ = ["DEFAULT_GANG_HOLD_SECONDS", "GangFilter", "GangPass"]
+
+#: How long a plan's devices stay held for members whose binds have not come: a pass lasts
+#: members x (answer latency + kube-scheduler's own work), ~40 ms for 20 members (spec E5g); this
+#: only bounds what a pass that never binds keeps.
+DEFAULT_GANG_HOLD_SECONDS = 60.0
+
+log = structlog.get_logger()
+
+
+@dataclass(slots=True)
+class GangPass:
+    """One pass of a group: its plan (or why none), what each member was answered, and the claims
+    the plan's holds were recorded for."""
+
+    group: str
+    started_at: float
+    plan: GangPlan | None
+    #: The infeasible reason ("" with a plan).
+    reason: str = ""
+    #: Member UID -> the node it was answered (None: answered with no node).
+    answered: dict[str, str | None] = field(default_factory=dict)
+    #: Member UID -> its resolved claims (the holds' and the re-plans' input).
+    claims: dict[str, PodClaims] = field(default_factory=dict)
+    #: Member UID -> pod key, for the plan's placements (which name members by key).
+    keys: dict[str, str] = field(default_factory=dict)
+    plans: int = 1
+
+    def node_of(self, uid: str) -> str | None:
+        if self.plan is None:
+            return None
+        return self.plan.node_of(self.keys.get(uid, ""))
+
+
+@dataclass(slots=True)
+class _Planned:
+    plan: GangPlan | GangInfeasible
+    members: list[tuple[str, PodClaims, GangMember]]
+
+
+class GangFilter:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        cluster: ClusterView,
+        gangs: Gangs,
+        verdicts: VerdictCache,
+        stats: ServiceStats,
+        hold_seconds: float = DEFAULT_GANG_HOLD_SECONDS,
+        max_checks: int = DEFAULT_MAX_CHECKS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.cluster = cluster
+        self.store = cluster.store
+        self.gangs = gangs
+        self.verdicts = verdicts
+        self.stats = stats
+        self.hold_seconds = hold_seconds
+        self.max_checks = max_checks
+        self.clock = clock
+        #: The open pass of each group, by ``namespace/name``.
+        self.passes: dict[str, GangPass] = {}
+        # group -> (inputs, outcome) of its last infeasible answer
+        self._infeasible: dict[str, tuple[tuple[object, ...], str]] = {}
+
+    # --- the verb --------------------------------------------------------------------------
+
+    def filter(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome | None:
+        """The answer for a gang member, or None when the pod is not one this path plans (no
+        gang, the gang complete already, claims it cannot plan): the ordinary filter answers."""
+        if not self.cluster.backend.synced:
+            return None
+        group = self.gangs.group_of(pod)
+        if group is None or not group.gang:
+            return None
+        pod = self.cluster.pod(pod)
+        members = self._members(group, pod)
+        if members.need == 0:
+            return None
+        uid = pod_uid(pod)
+        open_pass = self.passes.get(group.key)
+        if open_pass is None or uid in open_pass.answered or not self._waiting(members, open_pass):
+            open_pass = self._start(group, members, pod, node_names)
+            if open_pass is None:
+                return None
+        return self._answer(group, members, open_pass, pod, node_names)
+
+    # --- passes ----------------------------------------------------------------------------
+
+    def _members(self, group: PodGroup, pod: Mapping[str, Any]) -> GangMembers:
+        """The group's members, with the request's pod in place of (or added to) the stored one."""
+        members = self.gangs.members(group)
+        uid, key = pod_uid(pod), pod_key(pod)
+        members.waiting = [p for p in members.waiting if pod_uid(p) != uid and pod_key(p) != key]
+        members.waiting.append(pod)
+        members.waiting.sort(key=pod_key)
+        return members
+
+    @staticmethod
+    def _waiting(members: GangMembers, open_pass: GangPass) -> bool:
+        """Whether the open pass still concerns these waiting members (a member gone or new since
+        starts a new pass)."""
+        return {pod_uid(p) for p in members.waiting} == set(open_pass.keys)
+
+    def _start(
+        self, group: PodGroup, members: GangMembers, pod: Mapping[str, Any], node_names: Sequence[str]
+    ) -> GangPass | None:
+        """Plan the gang over the nodes ``pod`` is offered; the pass's holds replace the last ones.
+        None when the requesting pod's own claims cannot be planned here (the ordinary filter
+        answers it)."""
+        resolved = self._resolve(members, pod)
+        if resolved is None:
+            return None
+        nodes = [self.store.node(name) for name in dict.fromkeys(node_names)]
+        inputs = (
+            tuple(sorted(uid for uid, _, _ in resolved)),
+            tuple(node_names),
+            self.store.revision,
+            self.cluster.ledger.changes,
+        )
+        remembered = self._infeasible.get(group.key)
+        if remembered is not None and remembered[0] == inputs:
+            self.stats.count_gang_plan("remembered")
+            return self._replace(group, GangPass(group.key, self.clock(), None, remembered[1]), resolved)
+        planned = self._plan(group, resolved, members.need, nodes, {})
+        if isinstance(planned.plan, GangInfeasible):
+            reason = self._reason(group, members, planned.plan)
+            self._infeasible[group.key] = (inputs, reason)
+            return self._replace(group, GangPass(group.key, self.clock(), None, reason), resolved)
+        self._infeasible.pop(group.key, None)
+        return self._replace(group, GangPass(group.key, self.clock(), planned.plan), resolved)
+
+    def _resolve(self, members: GangMembers, pod: Mapping[str, Any]) -> list[tuple[str, PodClaims, GangMember]] | None:
+        """Each waiting member's claims as a ``GangMember`` (uid, claims, member). A member whose
+        claims cannot be resolved now (a claim being deleted, say) takes no part; None when that is
+        the requesting pod, or any member has claims this path does not plan (classic DRA,
+        extended resources)."""
+        out: list[tuple[str, PodClaims, GangMember]] = []
+        own = pod_uid(pod)
+        for member in members.waiting:
+            uid = pod_uid(member)
+            try:
+                claims = self.cluster.claims(member)
+            except ExtenderError:
+                if uid == own:
+                    return None
+                continue
+            if claims.classic or claims.extended is not None:
+                return None
+            shape = self.verdicts.shape(claims)
+            gang_member = GangMember(
+                key=pod_key(member),
+                claims=tuple(claims.to_allocate),
+                preallocated=tuple(claims.allocated),
+                shape=shape,
+            )
+            out.append((uid, claims, gang_member))
+        return out
+
+    def _plan(
+        self,
+        group: PodGroup,
+        resolved: list[tuple[str, PodClaims, GangMember]],
+        need: int,
+        nodes: Sequence[Any],
+        pinned: Mapping[str, frozenset[str]],
+    ) -> _Planned:
+        """The planner's answer over the cluster as it is, without this gang's own holds; the event
+        loop runs between allocator runs (``cooperative.run``)."""
+        self.cluster.refresh()
+        store = self.store
+        own = [claim.key for _, claims, _ in resolved for claim in claims.to_allocate]
+        members = [
+            (uid, claims, GangMember(m.key, m.claims, m.preallocated, m.shape, pinned.get(uid)))
+            for uid, claims, m in resolved
+        ]
+        planner = GangPlanner(
+            classes=store.classes,
+            snapshot=store.snapshot(),
+            allocated=store.in_use_without(own),
+            features=self.cluster.features,
+            selectors=store.selectors,
+            max_checks=self.max_checks,
+            pace=Pacer(DEFAULT_SLICE_SECONDS).step,
+        )
+        answer = planner.plan([m for _, _, m in members], need, nodes)
+        outcome = answer.outcome
+        self.stats.count_gang_plan(outcome)
+        if isinstance(answer, GangPlan):
+            log.info("gang.planned", group=group.key, members=len(answer.placements), checks=answer.checks)
+        else:
+            log.info("gang.infeasible", group=group.key, fit=answer.best, checks=answer.checks, outcome=outcome)
+        return _Planned(answer, members)
+
+    def _replace(self, group: PodGroup, new: GangPass, resolved: list[tuple[str, PodClaims, GangMember]]) -> GangPass:
+        """Make ``new`` the group's open pass: the last pass's holds given back, the plan's held."""
+        old = self.passes.get(group.key)
+        if old is not None:
+            for uid in old.claims:
+                self.cluster.ledger.drop_holds(uid)
+        new.claims = {uid: claims for uid, claims, _ in resolved}
+        new.keys = {uid: member.key for uid, _, member in resolved}
+        self.passes[group.key] = new
+        self._hold(new)
+        return new
+
+    def _hold(self, open_pass: GangPass) -> None:
+        """The plan's devices into the ledger, one tentative entry per member's claim."""
+        if open_pass.plan is None:
+            return
+        by_key = {key: uid for uid, key in open_pass.keys.items()}
+        for placement in open_pass.plan.placements:
+            uid = by_key.get(placement.member)
+            claims = open_pass.claims.get(uid or "")
+            if claims is None or not claims.to_allocate:
+                continue
+            self.cluster.ledger.drop_holds(claims.pod_uid)
+            record(
+                self.cluster, claims, placement.node, placement.results, tentative=True, ttl_seconds=self.hold_seconds
+            )
+
+    # --- answers ---------------------------------------------------------------------------
+
+    def _answer(
+        self,
+        group: PodGroup,
+        members: GangMembers,
+        open_pass: GangPass,
+        pod: Mapping[str, Any],
+        node_names: Sequence[str],
+    ) -> FilterOutcome:
+        uid = pod_uid(pod)
+        if open_pass.plan is None:
+            open_pass.answered[uid] = None
+            return FilterOutcome([], failed=dict.fromkeys(node_names, open_pass.reason))
+        node = open_pass.node_of(uid)
+        if node is None:
+            open_pass.answered[uid] = None
+            reason = f"gang {group.key} complete without this member"
+            return FilterOutcome([], failed=dict.fromkeys(node_names, reason))
+        if node not in node_names:
+            node = self._replan_for(group, members, open_pass, uid, node_names)
+            if node is None:
+                open_pass.answered[uid] = None
+                return FilterOutcome([], failed=dict.fromkeys(node_names, open_pass.reason))
+        open_pass.answered[uid] = node
+        reason = f"gang {group.key}: member planned on {node}"
+        return FilterOutcome([node], failed={name: reason for name in node_names if name != node})
+
+    def _replan_for(
+        self, group: PodGroup, members: GangMembers, open_pass: GangPass, uid: str, node_names: Sequence[str]
+    ) -> str | None:
+        """Plan the gang again with this member restricted to the nodes it is offered and the
+        members answered so far kept where they were answered; the new node, or None (the pass's
+        reason then says why)."""
+        pinned = {answered: frozenset((node,)) for answered, node in open_pass.answered.items() if node is not None}
+        pinned[uid] = frozenset(node_names)
+        resolved = [
+            (member_uid, claims, GangMember(open_pass.keys[member_uid], tuple(claims.to_allocate),
+                                            tuple(claims.allocated), self.verdicts.shape(claims)))
+            for member_uid, claims in open_pass.claims.items()
+        ]  # fmt: skip
+        offered = dict.fromkeys([*node_names, *(n for n in open_pass.answered.values() if n is not None)])
+        nodes = [self.store.node(name) for name in offered]
+        if open_pass.plan is not None:  # the old plan's nodes come first
+            planned_nodes = {p.node for p in open_pass.plan.placements}
+            nodes.sort(key=lambda n: n.name not in planned_nodes)
+        planned = self._plan(group, resolved, members.need, nodes, pinned)
+        open_pass.plans += 1
+        if isinstance(planned.plan, GangInfeasible):
+            open_pass.plan = None
+            open_pass.reason = self._reason(group, members, planned.plan)
+            for member_uid in open_pass.claims:
+                self.cluster.ledger.drop_holds(member_uid)
+            return None
+        open_pass.plan = planned.plan
+        self._hold(open_pass)
+        return open_pass.node_of(uid)
+
+    @staticmethod
+    def _reason(group: PodGroup, members: GangMembers, infeasible: GangInfeasible) -> str:
+        """Why no plan exists, for every member (FailedScheduling events, ``kubectl dra why``)."""
+        waiting = len(members.waiting)
+        text = (
+            f"gang {group.key}: {infeasible.best} of {waiting} waiting members fit together (minCount {group.min_count}"
+        )
+        if members.placed:
+            text += f", {len(members.placed)} placed"
+        text += ")"
+        if infeasible.alone:
+            names = ", ".join(sorted(key.partition("/")[2] for key in infeasible.alone))
+            text += f"; no node fits {names} even alone"
+        if infeasible.outcome == "budget":
+            text += "; search budget spent"
+        return text
+
+    # --- introspection ---------------------------------------------------------------------
+
+    def describe(self, group_key: str) -> dict[str, Any] | None:
+        """The open pass of a group as JSON (``/debug/podgroups``), or None."""
+        open_pass = self.passes.get(group_key)
+        if open_pass is None:
+            return None
+        plan = open_pass.plan
+        return {
+            "startedSecondsAgo": round(self.clock() - open_pass.started_at, 3),
+            "plans": open_pass.plans,
+            "reason": open_pass.reason,
+            "answered": {open_pass.keys.get(uid, uid): node for uid, node in open_pass.answered.items()},
+            "plan": None
+            if plan is None
+            else {
+                "outcome": plan.outcome,
+                "checks": plan.checks,
+                "placements": [
+                    {
+                        "pod": p.member,
+                        "node": p.node,
+                        "devices": [str(d.device_id) for r in p.results for d in r.devices],
+                    }
+                    for p in plan.placements
+                ],
+                "shared": [str(d.device_id) for r in plan.shared for d in r.devices],
+            },
+        }

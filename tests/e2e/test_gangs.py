@@ -1,0 +1,203 @@
+"""Gangs on the real control plane: kube-scheduler v1.36.3 with ``GenericWorkload`` and
+``GangScheduling`` on, ``scheduling.k8s.io/v1alpha2`` served, and the extender as the device
+allocator (spec/workloads-and-gangs.md §8).
+
+A control plane of its own (the gates must be on for every component), with deploy/base's RBAC
+and one replica; the in-tree reference is a second kube-scheduler with the same gates and the
+DynamicResources plugin. Every wait is a bound against a hang, never a measure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.controlplane.api import eventually
+from tests.controlplane.assets import assets_or_skip
+from tests.controlplane.cluster import FEATURE_GATES, RUNTIME_CONFIG, ControlPlane, Options
+from tests.e2e.harness import IN_TREE, SCHEDULER_NAME, Deployment, Scenario
+
+GANG_GATES = "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true"
+PODGROUPS = "scheduling.k8s.io/v1alpha2"
+IN_TREE_GANGS = "kube-scheduler-in-tree-gangs"
+
+
+@pytest.fixture(scope="module")
+def gang_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    options = Options(
+        feature_gates=f"{FEATURE_GATES},{GANG_GATES}", runtime_config=f"{RUNTIME_CONFIG},{PODGROUPS}=true"
+    )
+    plane = ControlPlane(assets_or_skip("gang tier"), tmp_path_factory.mktemp("gang-plane"), options)
+    with plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def gang_deployment(gang_plane: ControlPlane) -> Iterator[Deployment]:
+    deployment = Deployment(gang_plane)
+    try:
+        deployment.start_pair(leader_election=False, scheduler_args=[f"--feature-gates={GANG_GATES}"])
+        yield deployment
+    finally:
+        deployment.stop()
+
+
+@pytest.fixture(scope="module")
+def in_tree_gangs(gang_deployment: Deployment) -> Iterator[str]:
+    configuration = {"leaderElection": {"leaderElect": False}, "profiles": [{"schedulerName": IN_TREE}]}
+    gang_deployment.plane.start_scheduler(
+        configuration, name=IN_TREE_GANGS, extra_args=[f"--feature-gates={GANG_GATES}"]
+    )
+    try:
+        yield IN_TREE
+    finally:
+        gang_deployment.plane.stop_scheduler(IN_TREE_GANGS)
+
+
+@pytest.fixture
+def gangs(gang_deployment: Deployment) -> Iterator[Scenario]:
+    made = Scenario(gang_deployment)
+    try:
+        yield made
+    finally:
+        made.cleanup()
+
+
+def pod_group(scenario: Scenario, name: str, min_count: int) -> None:
+    scenario.create(
+        {
+            "apiVersion": PODGROUPS,
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": scenario.namespace},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+        }
+    )
+
+
+def member(
+    scenario: Scenario,
+    name: str,
+    group: str,
+    *,
+    claim: str = "",
+    template: str = "",
+    scheduler_name: str = SCHEDULER_NAME,
+    priority: str = "",
+) -> None:
+    ref = {"name": "gpus", **({"resourceClaimName": claim} if claim else {"resourceClaimTemplateName": template})}
+    spec: dict[str, Any] = {
+        "schedulerName": scheduler_name,
+        "schedulingGroup": {"podGroupName": group},
+        "terminationGracePeriodSeconds": 0,
+        "containers": [
+            {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"claims": [{"name": "gpus"}]}}
+        ],
+        "resourceClaims": [ref],
+    }
+    if priority:
+        spec["priorityClassName"] = priority
+    scenario.create(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": scenario.namespace}, "spec": spec}
+    )
+
+
+def group_condition(scenario: Scenario, name: str) -> dict[str, Any] | None:
+    group = scenario.admin.get(f"/apis/{PODGROUPS}/namespaces/{scenario.namespace}/podgroups/{name}")
+    for condition in (group.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodGroupScheduled":
+            return dict(condition)
+    return None
+
+
+def allocated_on(scenario: Scenario, pod_name: str) -> tuple[str, list[str]]:
+    """The pod's node and the devices of its claim, which must be allocated there and reserved for it."""
+    pod = scenario.get_pod(pod_name)
+    node = pod["spec"]["nodeName"]
+    (ref,) = pod["spec"]["resourceClaims"]
+    name = ref.get("resourceClaimName")
+    if name is None:  # a template claim: the name the resourceclaim controller recorded
+        (status,) = pod["status"]["resourceClaimStatuses"]
+        name = status["resourceClaimName"]
+    claim = scenario.get_claim(name)
+    allocation = claim["status"]["allocation"]
+    assert [r["name"] for r in claim["status"]["reservedFor"]] == [pod_name]
+    results = allocation["devices"]["results"]
+    assert {r["pool"] for r in results} == {node}, (pod_name, node, results)
+    return node, [f"{r['pool']}/{r['device']}" for r in results]
+
+
+def test_a_gang_that_fits_is_placed_whole_with_its_devices_on_each_members_node(gangs: Scenario) -> None:
+    nodes = gangs.nodes(3)
+    for name in nodes:
+        gangs.gpus(name, 2)
+    gpu = gangs.device_class()
+    gangs.template("two-gpus", gpu, count=2)
+    pod_group(gangs, "trainers", 3)
+    for i in range(3):
+        member(gangs, f"w{i}", "trainers", template="two-gpus")
+    placed = {f"w{i}": gangs.bound(f"w{i}") for i in range(3)}
+    assert sorted(placed.values()) == sorted(nodes)
+    devices = [d for i in range(3) for d in eventually(lambda i=i: allocated_on(gangs, f"w{i}"), what="claims")[1]]
+    assert len(devices) == len(set(devices)) == 6
+
+
+def test_kubernetes_138765_the_extender_places_a_gang_that_member_by_member_choices_cannot(
+    gangs: Scenario, in_tree_gangs: str
+) -> None:
+    """Spec E3b: one node with an h100 and an a100; *a* (higher priority: kube-scheduler tries it
+    first) takes any GPU, *b* only the h100. The in-tree plugin gives *a* the h100 and the gang
+    never fits; the extender's joint plan gives *a* the a100."""
+    (node,) = gangs.nodes(1)
+    devices = [{"name": "h100", "attributes": {"model": {"string": "h100"}}},
+               {"name": "a100", "attributes": {"model": {"string": "a100"}}}]  # fmt: skip
+    gangs.slice(node, devices)
+    any_gpu = gangs.device_class("any")
+    h100 = gangs.device_class("h100", cel=f'device.attributes["{gangs.driver}"].model == "h100"')
+    first = f"{gangs.prefix}-first"
+    gangs.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": first},
+                  "value": 1000})  # fmt: skip
+    for label, scheduler in (("ext", SCHEDULER_NAME), ("ref", in_tree_gangs)):
+        gangs.claim(f"{label}-a", any_gpu)
+        gangs.claim(f"{label}-b", h100)
+        pod_group(gangs, label, 2)
+        member(gangs, f"{label}-a", label, claim=f"{label}-a", scheduler_name=scheduler, priority=first)
+        member(gangs, f"{label}-b", label, claim=f"{label}-b", scheduler_name=scheduler)
+        if label == "ext":
+            assert gangs.bound("ext-a") == node and gangs.bound("ext-b") == node
+            assert allocated_on(gangs, "ext-a")[1] == [f"{node}/a100"]
+            assert allocated_on(gangs, "ext-b")[1] == [f"{node}/h100"]
+            for name in ("ext-a", "ext-b"):  # the extender's claims go: the reference needs the devices
+                gangs.admin.delete(f"/api/v1/namespaces/{gangs.namespace}/pods/{name}", grace_seconds=0)
+            eventually(lambda: not any((c.get("status") or {}).get("allocation") for c in gangs.claims()),
+                       what="the extender's claims released")  # fmt: skip
+    condition = eventually(
+        lambda: (c := group_condition(gangs, "ref")) and c.get("status") == "False" and c, what="in-tree gang failed"
+    )
+    assert condition["reason"] == "Unschedulable"
+    assert not gangs.get_pod("ref-a")["spec"].get("nodeName") and not gangs.get_pod("ref-b")["spec"].get("nodeName")
+
+
+def test_a_gang_that_does_not_fit_leaves_no_device_allocated_and_no_member_bound(
+    gangs: Scenario, gang_deployment: Deployment
+) -> None:
+    nodes = gangs.nodes(2)
+    for name in nodes:
+        gangs.gpus(name, 2)
+    gpu = gangs.device_class()
+    gangs.template("two-gpus", gpu, count=2)
+    pod_group(gangs, "too-big", 3)
+    for i in range(3):
+        member(gangs, f"w{i}", "too-big", template="two-gpus")
+    condition = eventually(
+        lambda: (c := group_condition(gangs, "too-big")) and c.get("status") == "False" and c, what="gang refused"
+    )
+    assert condition["reason"] == "Unschedulable"
+    event = gangs.event("w0", "FailedScheduling")
+    assert "gang" in event["message"] or "pod group" in event["message"], event["message"]
+    assert not any(gangs.get_pod(f"w{i}")["spec"].get("nodeName") for i in range(3))
+    assert not any((c.get("status") or {}).get("allocation") for c in gangs.claims())
+    (pair,) = gang_deployment.pairs
+    plans = pair.extender.get("/debug/podgroups/" + gangs.namespace + "/too-big")
+    assert plans["pass"]["plan"] is None and "2 of 3 waiting members fit together" in plans["pass"]["reason"]

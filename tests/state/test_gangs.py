@@ -1,0 +1,202 @@
+"""Gang members through the service (embedded backend): one joint plan per pass, each member pinned
+to its planned node, the plan's devices held for the whole gang until the binds, infeasible gangs
+answered with why and nothing held (spec/workloads-and-gangs.md §7.2-§7.4)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from extender.backends.embedded import EmbeddedBackend
+from extender.state.service import SchedulingService
+from extender.views.debug import DebugViews
+from tests.manifests import claim, cluster, gpu_slice, node, pod
+
+NODES = ["node-1", "node-2", "node-3"]
+
+
+def pod_group(name: str, min_count: int | None) -> dict[str, Any]:
+    policy = {"gang": {"minCount": min_count}} if min_count is not None else {"basic": {}}
+    return {
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {"schedulingPolicy": policy},
+    }
+
+
+def member(name: str, group: str, *claims: str) -> dict[str, Any]:
+    raw = pod(name, *claims)
+    raw["spec"]["schedulingGroup"] = {"podGroupName": group}
+    return raw
+
+
+def gpu_claim(name: str, count: int, model: str | None = None) -> dict[str, Any]:
+    raw = claim(name, count)
+    if model is not None:
+        raw["spec"]["devices"]["requests"][0]["exactly"]["selectors"] = [
+            {"cel": {"expression": f'device.attributes["gpu.example.com"].model == "{model}"'}}
+        ]
+    return raw
+
+
+def models_slice(node_name: str, *models: str) -> dict[str, Any]:
+    raw = gpu_slice(node_name, len(models))
+    raw["spec"]["devices"] = [
+        {"name": f"{model}-{i}", "attributes": {"model": {"string": model}}} for i, model in enumerate(models)
+    ]
+    return raw
+
+
+def service(objects: list[dict[str, Any]], **options: Any) -> SchedulingService:
+    return SchedulingService(backend=EmbeddedBackend(copy.deepcopy(objects)), **options)
+
+
+def test_every_member_is_pinned_to_its_planned_node_and_the_gang_binds_whole() -> None:
+    objects = cluster(
+        pod_group("pg", 3),
+        *(gpu_claim(f"c{i}", 2) for i in range(3)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(3)),
+        nodes=3,
+        gpus=2,
+    )
+    svc = service(objects)
+    answers = {f"m{i}": svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES) for i in (2, 0, 1)}
+    nodes = {name: outcome.node_names for name, outcome in answers.items()}
+    assert all(len(n) == 1 for n in nodes.values()) and len({n[0] for n in nodes.values()}) == 3
+    failed = answers["m0"].failed
+    assert set(failed) == set(NODES) - set(nodes["m0"])
+    assert all(reason == f"gang default/pg: member planned on {nodes['m0'][0]}" for reason in failed.values())
+    # the whole gang's devices are held: an ordinary pod finds no GPU anywhere
+    svc.store.upsert(pod("other", "extra"))
+    svc.backend.store.upsert(copy.deepcopy(gpu_claim("extra", 1)))  # type: ignore[attr-defined]
+    assert svc.filter(pod("other", "extra"), NODES).node_names == []
+    assert svc.stats.gang_plans == {"found": 1}
+
+
+async def test_the_binds_allocate_the_planned_devices_and_nothing_twice() -> None:
+    objects = cluster(
+        pod_group("pg", 2),
+        *(gpu_claim(f"c{i}", 2) for i in range(2)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(2)),
+        nodes=2,
+        gpus=2,
+    )
+    svc = service(objects)
+    chosen = {name: svc.filter(member(name, "pg", f"c{name[1]}"), NODES[:2]).node_names[0] for name in ("m0", "m1")}
+    for name, node_name in chosen.items():
+        await svc.bind("default", name, f"uid-{name}", node_name)
+    views = DebugViews(svc)
+    devices = []
+    for name in chosen:
+        raw = views.claim("default", f"c{name[1]}")
+        assert raw is not None
+        results = raw["status"]["allocation"]["devices"]["results"]
+        assert {r["pool"] for r in results} == {chosen[name]}
+        devices += [(r["pool"], r["device"]) for r in results]
+    assert len(devices) == len(set(devices)) == 4
+    assert len(svc.ledger) == 0  # holds settled by the binds
+
+
+def test_kubernetes_138765_a_joint_choice_places_what_member_by_member_cannot() -> None:
+    """Node 1 has the only h100, node 2 an a100; *a* takes any GPU, *b* only an h100. One member at
+    a time (in-tree), *a* may take node 1's h100 and *b* never fits."""
+    objects = [
+        *cluster(nodes=0),
+        node("node-1"),
+        node("node-2"),
+        models_slice("node-1", "h100"),
+        models_slice("node-2", "a100"),
+        pod_group("pg", 2),
+        gpu_claim("any", 1),
+        gpu_claim("h100-only", 1, model="h100"),
+        member("a", "pg", "any"),
+        member("b", "pg", "h100-only"),
+    ]
+    svc = service(objects)
+    # without the gang (the ordinary filter) node 1 is a's best node as much as node 2
+    assert svc._decide_and_apply(member("a", "pg", "any"), NODES[:2]).outcome.node_names == NODES[:2]
+    a = svc.filter(member("a", "pg", "any"), NODES[:2])
+    b = svc.filter(member("b", "pg", "h100-only"), NODES[:2])
+    assert (a.node_names, b.node_names) == (["node-2"], ["node-1"])
+
+
+def test_an_infeasible_gang_is_told_why_holds_nothing_and_its_retries_are_remembered() -> None:
+    objects = cluster(
+        pod_group("pg", 3),
+        *(gpu_claim(f"c{i}", 2) for i in range(3)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(3)),
+        nodes=2,
+        gpus=2,
+    )
+    svc = service(objects)
+    outcome = svc.filter(member("m0", "pg", "c0"), NODES[:2])
+    reason = "gang default/pg: 2 of 3 waiting members fit together (minCount 3)"
+    assert outcome.node_names == [] and outcome.failed == dict.fromkeys(NODES[:2], reason)
+    assert len(svc.ledger) == 0
+    # kube-scheduler retries the pass back to back: the same answer, without planning again
+    for _ in range(3):
+        for i in range(3):
+            assert svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]).failed == outcome.failed
+    assert svc.stats.gang_plans == {"infeasible": 1, "remembered": 3}
+
+
+def test_members_beyond_what_fits_are_left_out_when_min_count_is_met() -> None:
+    objects = cluster(
+        pod_group("pg", 2),
+        *(gpu_claim(f"c{i}", 2) for i in range(3)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(3)),
+        nodes=2,
+        gpus=2,
+    )
+    svc = service(objects)
+    answers = [svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]) for i in range(3)]
+    placed = [a for a in answers if a.node_names]
+    assert len(placed) == 2
+    (left,) = [a for a in answers if not a.node_names]
+    assert set(left.failed.values()) == {"gang default/pg complete without this member"}
+
+
+def test_a_basic_group_and_switched_off_gangs_take_the_ordinary_path() -> None:
+    objects = cluster(pod_group("basic", None), gpu_claim("c0", 1), member("m0", "basic", "c0"))
+    assert service(objects).filter(member("m0", "basic", "c0"), NODES[:2]).node_names == NODES[:2]
+    gang = cluster(pod_group("pg", 2), gpu_claim("c0", 1), member("m0", "pg", "c0"))
+    off = SchedulingService(backend=EmbeddedBackend(copy.deepcopy(gang), gangs=False))
+    assert off.filter(member("m0", "pg", "c0"), NODES[:2]).node_names == NODES[:2]
+
+
+def test_a_member_whose_planned_node_is_not_offered_gets_the_gang_planned_again() -> None:
+    """kube-scheduler's own filters may take a node away from a later member (CPU assumed by the
+    members before it): the gang is planned again with the answered members kept where they are."""
+    objects = cluster(
+        pod_group("pg", 2),
+        *(gpu_claim(f"c{i}", 1) for i in range(2)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(2)),
+        nodes=3,
+        gpus=2,
+    )
+    svc = service(objects)
+    first = svc.filter(member("m0", "pg", "c0"), NODES).node_names
+    plan = svc.gang_filter.passes["default/pg"].plan
+    assert plan is not None
+    planned_m1 = plan.node_of("default/m1")
+    offered = [n for n in NODES if n != planned_m1]
+    second = svc.filter(member("m1", "pg", "c1"), offered).node_names
+    assert len(second) == 1 and second[0] in offered
+    assert svc.gang_filter.passes["default/pg"].plans == 2
+    assert svc.gang_filter.passes["default/pg"].answered["uid-m0"] == first[0]
+
+
+def test_the_debug_view_shows_the_group_its_members_and_the_plan() -> None:
+    objects = cluster(pod_group("pg", 2), gpu_claim("c0", 1), gpu_claim("c1", 1),
+                      member("m0", "pg", "c0"), member("m1", "pg", "c1"))  # fmt: skip
+    svc = service(objects)
+    svc.filter(member("m0", "pg", "c0"), NODES[:2])
+    view = DebugViews(svc).pod_group("default", "pg")
+    assert view is not None
+    assert (view["minCount"], view["waiting"], view["need"]) == (2, ["m0", "m1"], 2)
+    placements = view["pass"]["plan"]["placements"]
+    assert sorted(p["pod"] for p in placements) == ["default/m0", "default/m1"]
+    node_of = {p["pod"]: p["node"] for p in placements}
+    assert view["pass"]["answered"] == {"default/m0": node_of["default/m0"]}
+    assert DebugViews(svc).pod_group("default", "nope") is None
