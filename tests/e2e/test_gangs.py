@@ -38,7 +38,7 @@ def gang_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlan
 def gang_deployment(gang_plane: ControlPlane) -> Iterator[Deployment]:
     deployment = Deployment(gang_plane)
     try:
-        deployment.start_pair(leader_election=False, scheduler_args=[f"--feature-gates={GANG_GATES}"])
+        deployment.start_pair(scheduler_args=[f"--feature-gates={GANG_GATES}"])
         yield deployment
     finally:
         deployment.stop()

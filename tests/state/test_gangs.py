@@ -200,3 +200,28 @@ def test_the_debug_view_shows_the_group_its_members_and_the_plan() -> None:
     node_of = {p["pod"]: p["node"] for p in placements}
     assert view["pass"]["answered"] == {"default/m0": node_of["default/m0"]}
     assert DebugViews(svc).pod_group("default", "nope") is None
+
+
+def test_the_next_pass_plans_with_the_gangs_own_holds_whatever_claim_keys_they_were_made_under() -> None:
+    """A template claim held before it existed is held under its provisional key; once the
+    resourceclaim controller made it, the next pass must still count those holds as the gang's own
+    (seen on v1.36.3: the first pass's binds failed and the next found its own devices taken)."""
+    import dataclasses
+
+    objects = cluster(
+        pod_group("pg", 2),
+        *(gpu_claim(f"c{i}", 2) for i in range(2)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(2)),
+        nodes=2,
+        gpus=2,
+    )
+    svc = service(objects)
+    assert svc.filter(member("m0", "pg", "c0"), NODES[:2]).node_names
+    for entry in list(svc.ledger):  # as if made for claims that did not exist yet
+        svc.ledger.drop(entry.claim_key)
+        claim = dataclasses.replace(svc.store.claims[entry.claim_key], name=f"{entry.claim_key} (not created yet)")
+        svc.ledger.add(claim=claim, pod_key=entry.pod_key, pod_uid=entry.pod_uid, node=entry.node,
+                       result=entry.result, tentative=True, provisional=True)  # fmt: skip
+    again = svc.filter(member("m0", "pg", "c0"), NODES[:2])  # m0 answered already: the next pass
+    assert again.node_names, again
+    assert svc.stats.gang_plans == {"found": 2}

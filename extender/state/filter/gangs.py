@@ -220,7 +220,10 @@ class GangFilter:
         loop runs between allocator runs (``cooperative.run``)."""
         self.cluster.refresh()
         store = self.store
+        # the members' own holds (the last pass's, under provisional keys too, for template claims
+        # created since) are theirs to plan with
         own = [claim.key for _, claims, _ in resolved for claim in claims.to_allocate]
+        own += [entry.claim_key for uid, _, _ in resolved for entry in self.cluster.ledger.holds_of(uid)]
         members = [
             (uid, claims, GangMember(m.key, m.claims, m.preallocated, m.shape, pinned.get(uid)))
             for uid, claims, m in resolved
