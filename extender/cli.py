@@ -203,6 +203,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(f"must not be negative, not {text}")
+    return value
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0 or value == float("inf"):
@@ -348,6 +355,21 @@ def _add_serve(commands: Any) -> None:
         help="never evict lower-priority pods to free devices for a pod no node fits (docs/preemption.md) "
         f"[env {_env('--no-device-preemption')}=1]",
     )
+    option(
+        "--gang-hold-seconds",
+        "60",
+        "how long a gang's planned devices stay held for members whose binds have not come (a pass "
+        "that never binds; docs/gangs.md) (default %(default)s)",
+        type=_checked(_positive_float),
+    )
+    option(
+        "--gang-retry-backoff",
+        "3",
+        "after this many unchanged passes of a gang that does not fit, answer its members Error so "
+        "that kube-scheduler backs off (1-10 s) instead of retrying back to back; 0: never (docs/gangs.md) "
+        "(default %(default)s)",
+        type=_checked(_non_negative_int),
+    )
     serve.add_argument(
         "--no-gangs",
         dest="gangs",
@@ -488,6 +510,8 @@ def _serve(args: argparse.Namespace) -> int:
         filter_timeout_seconds=args.filter_timeout_seconds,
         preemption=args.device_preemption,
         preempt_timeout_seconds=args.preempt_timeout_seconds,
+        gang_hold_seconds=args.gang_hold_seconds,
+        gang_retry_backoff=args.gang_retry_backoff,
     )
     try:
         run(create_app(service, settings))

@@ -36,7 +36,7 @@ from extender.state.cache.ledger import InFlightLedger
 from extender.state.cache.pods import pod_uid
 from extender.state.classic import ClassicNegotiator
 from extender.state.filter.attempt import Attempt, Attempts
-from extender.state.filter.gangs import DEFAULT_GANG_HOLD_SECONDS, GangFilter
+from extender.state.filter.gangs import DEFAULT_GANG_HOLD_SECONDS, DEFAULT_GANG_RETRY_BACKOFF, GangFilter
 from extender.state.filter.holds import DEFAULT_HOLD_SECONDS, Holds
 from extender.state.filter.prioritize import Prioritizer
 from extender.state.filter.recovery import PostFilter
@@ -95,6 +95,7 @@ class SchedulingService:
         preemption: bool = True,
         preempt_timeout_seconds: float = DEFAULT_PREEMPT_TIMEOUT_SECONDS,
         gang_hold_seconds: float = DEFAULT_GANG_HOLD_SECONDS,
+        gang_retry_backoff: int = DEFAULT_GANG_RETRY_BACKOFF,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -136,6 +137,7 @@ class SchedulingService:
             verdicts=self.verdicts,
             stats=self.stats,
             hold_seconds=gang_hold_seconds,
+            retry_backoff=gang_retry_backoff,
             clock=clock,
         )
         self.preempt_verb = PreemptVerb(cluster, self.preemption, timeout_seconds=preempt_timeout_seconds, clock=clock)

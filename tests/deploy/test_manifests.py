@@ -284,7 +284,7 @@ REQUIRED = {
 }  # fmt: skip
 
 KUBE_BACKEND = ROOT / "extender" / "backends" / "kube"
-GROUP_CONSTANTS = {"GROUP": "resource.k8s.io"}
+GROUP_CONSTANTS = {"GROUP": "resource.k8s.io", "SCHEDULING_GROUP": "scheduling.k8s.io"}
 
 
 def _string(node: ast.expr | None) -> str | None:
@@ -304,6 +304,16 @@ def _string(node: ast.expr | None) -> str | None:
                 return None
         return "".join(parts)
     return None
+
+
+def _group_only(node: ast.expr) -> str:
+    """The group of a version built as ``f"{GROUP_CONSTANT}/{discovered}"``; resource.k8s.io for
+    any other dynamic version (the backend's discovered ``api_version``)."""
+    if isinstance(node, ast.JoinedStr) and node.values:
+        first = node.values[0]
+        if isinstance(first, ast.FormattedValue) and isinstance(first.value, ast.Name):
+            return GROUP_CONSTANTS.get(first.value.id, "resource.k8s.io")
+    return "resource.k8s.io"
 
 
 def _split_resource(text: str) -> tuple[str, str]:
@@ -331,7 +341,7 @@ def backend_api_calls() -> set[tuple[str, str, str]]:
                 # A reflector kind: listed, then watched. The version argument names the group.
                 version, plural = _string(node.args[1]), _string(node.args[2])
                 if plural:
-                    group = version.rpartition("/")[0] if version else "resource.k8s.io"
+                    group = version.rpartition("/")[0] if version else _group_only(node.args[1])
                     calls |= {(group, plural, "list"), (group, plural, "watch")}
     return calls
 

@@ -190,10 +190,14 @@ def test_a_gang_that_does_not_fit_leaves_no_device_allocated_and_no_member_bound
     pod_group(gangs, "too-big", 3)
     for i in range(3):
         member(gangs, f"w{i}", "too-big", template="two-gpus")
+    # the first passes are refused (Unschedulable); unchanged, they are answered Error, which puts
+    # the gang into kube-scheduler's error backoff instead of back-to-back retries
     condition = eventually(
-        lambda: (c := group_condition(gangs, "too-big")) and c.get("status") == "False" and c, what="gang refused"
+        lambda: (c := group_condition(gangs, "too-big")) and c.get("reason") == "SchedulerError" and c,
+        what="gang retries backed off",
     )
-    assert condition["reason"] == "Unschedulable"
+    assert condition["status"] == "False"
+    assert "2 of 3 waiting members fit together (minCount 3)" in condition["message"], condition
     event = gangs.event("w0", "FailedScheduling")
     assert "gang" in event["message"] or "pod group" in event["message"], event["message"]
     assert not any(gangs.get_pod(f"w{i}")["spec"].get("nodeName") for i in range(3))

@@ -129,7 +129,7 @@ def test_an_infeasible_gang_is_told_why_holds_nothing_and_its_retries_are_rememb
         nodes=2,
         gpus=2,
     )
-    svc = service(objects)
+    svc = service(objects, gang_retry_backoff=0)
     outcome = svc.filter(member("m0", "pg", "c0"), NODES[:2])
     reason = "gang default/pg: 2 of 3 waiting members fit together (minCount 3)"
     assert outcome.node_names == [] and outcome.failed == dict.fromkeys(NODES[:2], reason)
@@ -139,6 +139,28 @@ def test_an_infeasible_gang_is_told_why_holds_nothing_and_its_retries_are_rememb
         for i in range(3):
             assert svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]).failed == outcome.failed
     assert svc.stats.gang_plans == {"infeasible": 1, "remembered": 3}
+
+
+def test_unchanged_infeasible_passes_are_answered_error_so_that_kube_scheduler_backs_off() -> None:
+    objects = cluster(
+        pod_group("pg", 3),
+        *(gpu_claim(f"c{i}", 2) for i in range(3)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(3)),
+        nodes=2,
+        gpus=2,
+    )
+    svc = service(objects, gang_retry_backoff=2)
+    answers = []
+    for _ in range(3):  # the first pass plans, the next two are unchanged
+        answers.append([svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]) for i in range(3)])
+    assert all(a.failed and not a.error for a in answers[0] + answers[1])
+    assert all(not a.failed for a in answers[2])
+    assert answers[2][0].error.startswith("gang default/pg: 2 of 3 waiting members fit together (minCount 3)")
+    assert "unchanged for 2 passes" in answers[2][0].error
+    # a change the answer depends on (another node with room) ends it: planned again, and placed
+    svc.backend.store.upsert(node("node-3"))  # type: ignore[attr-defined]
+    svc.backend.store.upsert(gpu_slice("node-3", 2))  # type: ignore[attr-defined]
+    assert len(svc.filter(member("m0", "pg", "c0"), NODES).node_names) == 1
 
 
 def test_members_beyond_what_fits_are_left_out_when_min_count_is_met() -> None:
@@ -225,3 +247,59 @@ def test_the_next_pass_plans_with_the_gangs_own_holds_whatever_claim_keys_they_w
     again = svc.filter(member("m0", "pg", "c0"), NODES[:2])  # m0 answered already: the next pass
     assert again.node_names, again
     assert svc.stats.gang_plans == {"found": 2}
+
+
+def rack_node(name: str, rack: str) -> dict[str, Any]:
+    raw = node(name)
+    raw["metadata"]["labels"]["example.com/rack"] = rack
+    return raw
+
+
+def racked(min_count: int, members: int, racks: dict[str, str], *, annotation: bool = True) -> list[dict[str, Any]]:
+    """Nodes of 2 GPUs in ``racks`` (node -> rack), a gang asking for one rack, 2 GPUs per member."""
+    group = pod_group("pg", min_count)
+    if annotation:
+        group["metadata"]["annotations"] = {"dra-extender.io/gang-topology-key": "example.com/rack"}
+    objects = [*cluster(nodes=0), group]
+    for name, rack in racks.items():
+        objects += [rack_node(name, rack), gpu_slice(name, 2)]
+    objects += [gpu_claim(f"c{i}", 2) for i in range(members)]
+    objects += [member(f"m{i}", "pg", f"c{i}") for i in range(members)]
+    return objects
+
+
+def test_a_gang_that_asks_for_one_rack_lands_in_the_tightest_rack_that_fits() -> None:
+    racks = {"n3": "r2", "n1": "r1", "n2": "r1", "n4": "r3", "n5": "r3", "n6": "r3"}
+    svc = service(racked(2, 2, racks))
+    order = list(racks)  # n3 first: without the rack, the plan would start there
+    chosen = {svc.filter(member(f"m{i}", "pg", f"c{i}"), order).node_names[0] for i in range(2)}
+    assert chosen == {"n1", "n2"}  # r2 (one node) cannot hold both, r1 (two) can, r3 (three) is looser
+    assert svc.gang_filter.passes["default/pg"].domain == "r1"
+    loose = service(racked(2, 2, racks, annotation=False))
+    assert "n3" in {loose.filter(member(f"m{i}", "pg", f"c{i}"), order).node_names[0] for i in range(2)}
+
+
+def test_a_gang_no_single_rack_can_hold_waits_with_the_reason() -> None:
+    svc = service(racked(2, 2, {"n1": "r1", "n2": "r2", "n3": "r3"}))
+    outcome = svc.filter(member("m0", "pg", "c0"), ["n1", "n2", "n3"])
+    assert outcome.node_names == []
+    assert set(outcome.failed.values()) == {
+        "gang default/pg: 1 of 2 waiting members fit together (minCount 2) within one example.com/rack domain (3 tried)"
+    }
+    assert len(svc.ledger) == 0
+    unlabelled = service(racked(2, 2, {"n1": "r1"}))
+    unlabelled.backend.store.upsert(node("n9"))  # type: ignore[attr-defined]
+    (reason,) = set(unlabelled.filter(member("m0", "pg", "c0"), ["n9"]).failed.values())
+    assert reason.endswith("; no offered node has the label example.com/rack")
+
+
+def test_a_placed_member_fixes_the_gangs_rack() -> None:
+    """minCount 3 with one member bound in r2 already: the other two must go to r2 as well, though
+    r1 is the tighter rack that would hold them."""
+    racks = {"n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2", "n5": "r2"}
+    objects = racked(3, 3, racks)
+    bound = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] == "m2")
+    bound["spec"]["nodeName"] = "n5"
+    svc = service(objects)
+    chosen = {svc.filter(member(f"m{i}", "pg", f"c{i}"), list(racks)).node_names[0] for i in range(2)}
+    assert chosen == {"n3", "n4"}

@@ -22,11 +22,17 @@ request says which pass it belongs to, so:
 
 An infeasible answer is remembered for as long as nothing it depends on changes (the members, the
 nodes offered, the store, the ledger), so kube-scheduler's back-to-back retries of a gang that does
-not fit (~750 passes a second on an idle scheduler, spec §3.4) cost a lookup each.
+not fit (~750 passes a second on an idle scheduler, spec §3.4) cost a lookup each. They would still
+keep kube-scheduler busy: a rejected member goes to the backoff queue, which an idle scheduler pops
+at once. After ``retry_backoff`` such unchanged passes in a row, the members are answered ``Error``
+(with the same reason) instead: kube-scheduler then aborts the pass and puts every member into its
+error backoff (1 s, doubling to 10 s), at the cost of ``SchedulerError`` in the conditions. Any
+change the answer depends on ends it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,17 +43,22 @@ import structlog
 from extender.core.budget import DEFAULT_SLICE_SECONDS
 from extender.core.errors import ExtenderError
 from extender.core.gangplan import DEFAULT_MAX_CHECKS, GangInfeasible, GangMember, GangPlan, GangPlanner
+from extender.core.model import NodeInfo
 from extender.core.podgroups import PodGroup
 from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
-from extender.state.cache.pods import pod_key, pod_uid
+from extender.state.cache.pods import bound_node, pod_key, pod_uid
 from extender.state.cooperative import Pacer
 from extender.state.filter.holds import record
 from extender.state.filter.verdicts import FilterOutcome, VerdictCache
 from extender.state.gangs import GangMembers, Gangs
 from extender.state.stats import ServiceStats
 
-__all__ = ["DEFAULT_GANG_HOLD_SECONDS", "GangFilter", "GangPass"]
+__all__ = ["DEFAULT_GANG_HOLD_SECONDS", "DEFAULT_GANG_RETRY_BACKOFF", "GangFilter", "GangPass"]
+
+#: Unchanged infeasible passes in a row after which the members are answered ``Error`` (module
+#: docstring); 0: never.
+DEFAULT_GANG_RETRY_BACKOFF = 3
 
 #: How long a plan's devices stay held for members whose binds have not come: a pass lasts
 #: members x (answer latency + kube-scheduler's own work), ~40 ms for 20 members (spec E5g); this
@@ -67,6 +78,10 @@ class GangPass:
     plan: GangPlan | None
     #: The infeasible reason ("" with a plan).
     reason: str = ""
+    #: Answer ``Error`` (with ``reason``) rather than failed nodes: kube-scheduler's error backoff.
+    back_off: bool = False
+    #: The topology domain the plan is in (the group's key's value; None without a key).
+    domain: str | None = None
     #: Member UID -> the node it was answered (None: answered with no node).
     answered: dict[str, str | None] = field(default_factory=dict)
     #: Member UID -> its resolved claims (the holds' and the re-plans' input).
@@ -85,6 +100,10 @@ class GangPass:
 class _Planned:
     plan: GangPlan | GangInfeasible
     members: list[tuple[str, PodClaims, GangMember]]
+    #: The topology domain (the key's value) the plan is in; None without a topology key.
+    domain: str | None = None
+    #: Domains searched (1 without a topology key).
+    tried: int = 1
 
 
 class GangFilter:
@@ -98,6 +117,7 @@ class GangFilter:
         verdicts: VerdictCache,
         stats: ServiceStats,
         hold_seconds: float = DEFAULT_GANG_HOLD_SECONDS,
+        retry_backoff: int = DEFAULT_GANG_RETRY_BACKOFF,
         max_checks: int = DEFAULT_MAX_CHECKS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -107,12 +127,15 @@ class GangFilter:
         self.verdicts = verdicts
         self.stats = stats
         self.hold_seconds = hold_seconds
+        self.retry_backoff = retry_backoff
         self.max_checks = max_checks
         self.clock = clock
         #: The open pass of each group, by ``namespace/name``.
         self.passes: dict[str, GangPass] = {}
-        # group -> (inputs, outcome) of its last infeasible answer
+        # group -> (inputs, reason) of its last infeasible answer, and how many passes in a row
+        # have been answered from it
         self._infeasible: dict[str, tuple[tuple[object, ...], str]] = {}
+        self._repeats: dict[str, int] = {}
 
     # --- the verb --------------------------------------------------------------------------
 
@@ -172,14 +195,20 @@ class GangFilter:
         remembered = self._infeasible.get(group.key)
         if remembered is not None and remembered[0] == inputs:
             self.stats.count_gang_plan("remembered")
-            return self._replace(group, GangPass(group.key, self.clock(), None, remembered[1]), resolved)
-        planned = self._plan(group, resolved, members.need, nodes, {})
+            repeats = self._repeats[group.key] = self._repeats.get(group.key, 0) + 1
+            unchanged = GangPass(group.key, self.clock(), None, remembered[1])
+            if self.retry_backoff and repeats >= self.retry_backoff:
+                unchanged.back_off = True
+                unchanged.reason += f" (unchanged for {repeats} passes: retried after kube-scheduler's error backoff)"
+            return self._replace(group, unchanged, resolved)
+        self._repeats.pop(group.key, None)
+        planned = self._plan(group, resolved, members.need, nodes, {}, self._placed_nodes(members))
         if isinstance(planned.plan, GangInfeasible):
-            reason = self._reason(group, members, planned.plan)
+            reason = self._reason(group, members, planned)
             self._infeasible[group.key] = (inputs, reason)
             return self._replace(group, GangPass(group.key, self.clock(), None, reason), resolved)
         self._infeasible.pop(group.key, None)
-        return self._replace(group, GangPass(group.key, self.clock(), planned.plan), resolved)
+        return self._replace(group, GangPass(group.key, self.clock(), planned.plan, domain=planned.domain), resolved)
 
     def _resolve(self, members: GangMembers, pod: Mapping[str, Any]) -> list[tuple[str, PodClaims, GangMember]] | None:
         """Each waiting member's claims as a ``GangMember`` (uid, claims, member). A member whose
@@ -213,11 +242,13 @@ class GangFilter:
         group: PodGroup,
         resolved: list[tuple[str, PodClaims, GangMember]],
         need: int,
-        nodes: Sequence[Any],
+        nodes: Sequence[NodeInfo],
         pinned: Mapping[str, frozenset[str]],
+        placed_nodes: Sequence[str] = (),
     ) -> _Planned:
-        """The planner's answer over the cluster as it is, without this gang's own holds; the event
-        loop runs between allocator runs (``cooperative.run``)."""
+        """The planner's answer over the cluster as it is, without this gang's own holds, within
+        one domain of the group's topology key when it has one (``_domains``); the event loop runs
+        between allocator runs (``cooperative.run``)."""
         self.cluster.refresh()
         store = self.store
         # the members' own holds (the last pass's, under provisional keys too, for template claims
@@ -237,14 +268,50 @@ class GangFilter:
             max_checks=self.max_checks,
             pace=Pacer(DEFAULT_SLICE_SECONDS).step,
         )
-        answer = planner.plan([m for _, _, m in members], need, nodes)
+        fixed = [*placed_nodes, *(next(iter(n)) for n in pinned.values() if len(n) == 1)]
+        domains = self._domains(group, nodes, fixed)
+        answer: GangPlan | GangInfeasible = GangInfeasible(best=0)
+        spent, tried, domain = 0, 0, None
+        for value, domain_nodes in domains:
+            planner.max_checks = self.max_checks - spent
+            if planner.max_checks <= 0:
+                break
+            found = planner.plan([m for _, _, m in members], need, domain_nodes)
+            spent += found.checks
+            tried += 1
+            if isinstance(found, GangPlan):
+                answer, domain = dataclasses.replace(found, checks=spent), value
+                break
+            if not isinstance(answer, GangInfeasible) or found.best >= answer.best:
+                answer = dataclasses.replace(found, checks=spent)
         outcome = answer.outcome
         self.stats.count_gang_plan(outcome)
         if isinstance(answer, GangPlan):
-            log.info("gang.planned", group=group.key, members=len(answer.placements), checks=answer.checks)
+            log.info(
+                "gang.planned", group=group.key, members=len(answer.placements), checks=answer.checks, domain=domain
+            )
         else:
             log.info("gang.infeasible", group=group.key, fit=answer.best, checks=answer.checks, outcome=outcome)
-        return _Planned(answer, members)
+        return _Planned(answer, members, domain, tried)
+
+    def _domains(
+        self, group: PodGroup, nodes: Sequence[NodeInfo], fixed: Sequence[str]
+    ) -> list[tuple[str | None, list[NodeInfo]]]:
+        """Where the gang may go: all ``nodes`` (no topology key), else one domain per value of the
+        key among them, the tightest (fewest nodes) first; nodes without the label take no part. A
+        member placed or answered already fixes the domain to its node's."""
+        key = group.topology_key
+        if not key:
+            return [(None, list(nodes))]
+        by_value: dict[str, list[NodeInfo]] = {}
+        for node in nodes:
+            value = node.labels.get(key)
+            if value is not None:
+                by_value.setdefault(value, []).append(node)
+        taken = {self.store.node(name).labels.get(key) for name in fixed}
+        if taken:
+            by_value = {value: members for value, members in by_value.items() if value in taken}
+        return sorted(by_value.items(), key=lambda item: (len(item[1]), item[0]))
 
     def _replace(self, group: PodGroup, new: GangPass, resolved: list[tuple[str, PodClaims, GangMember]]) -> GangPass:
         """Make ``new`` the group's open pass: the last pass's holds given back, the plan's held."""
@@ -286,6 +353,8 @@ class GangFilter:
         uid = pod_uid(pod)
         if open_pass.plan is None:
             open_pass.answered[uid] = None
+            if open_pass.back_off:
+                return FilterOutcome([], error=open_pass.reason)
             return FilterOutcome([], failed=dict.fromkeys(node_names, open_pass.reason))
         node = open_pass.node_of(uid)
         if node is None:
@@ -319,11 +388,12 @@ class GangFilter:
         if open_pass.plan is not None:  # the old plan's nodes come first
             planned_nodes = {p.node for p in open_pass.plan.placements}
             nodes.sort(key=lambda n: n.name not in planned_nodes)
-        planned = self._plan(group, resolved, members.need, nodes, pinned)
+        planned = self._plan(group, resolved, members.need, nodes, pinned, self._placed_nodes(members))
         open_pass.plans += 1
+        open_pass.domain = planned.domain
         if isinstance(planned.plan, GangInfeasible):
             open_pass.plan = None
-            open_pass.reason = self._reason(group, members, planned.plan)
+            open_pass.reason = self._reason(group, members, planned)
             for member_uid in open_pass.claims:
                 self.cluster.ledger.drop_holds(member_uid)
             return None
@@ -332,8 +402,14 @@ class GangFilter:
         return open_pass.node_of(uid)
 
     @staticmethod
-    def _reason(group: PodGroup, members: GangMembers, infeasible: GangInfeasible) -> str:
+    def _placed_nodes(members: GangMembers) -> list[str]:
+        return [node for pod in members.placed if (node := bound_node(pod))]
+
+    @staticmethod
+    def _reason(group: PodGroup, members: GangMembers, planned: _Planned) -> str:
         """Why no plan exists, for every member (FailedScheduling events, ``kubectl dra why``)."""
+        infeasible = planned.plan
+        assert isinstance(infeasible, GangInfeasible)
         waiting = len(members.waiting)
         text = (
             f"gang {group.key}: {infeasible.best} of {waiting} waiting members fit together (minCount {group.min_count}"
@@ -341,6 +417,12 @@ class GangFilter:
         if members.placed:
             text += f", {len(members.placed)} placed"
         text += ")"
+        if group.topology_key:
+            text += (
+                f" within one {group.topology_key} domain ({planned.tried} tried)"
+                if planned.tried
+                else f"; no offered node has the label {group.topology_key}"
+            )
         if infeasible.alone:
             names = ", ".join(sorted(key.partition("/")[2] for key in infeasible.alone))
             text += f"; no node fits {names} even alone"
@@ -360,6 +442,7 @@ class GangFilter:
             "startedSecondsAgo": round(self.clock() - open_pass.started_at, 3),
             "plans": open_pass.plans,
             "reason": open_pass.reason,
+            "domain": open_pass.domain,
             "answered": {open_pass.keys.get(uid, uid): node for uid, node in open_pass.answered.items()},
             "plan": None
             if plan is None
