@@ -33,7 +33,7 @@ from extender.state.bind.conditions import (
 )
 from extender.state.cache.cluster import ClusterView
 from extender.state.cache.ledger import InFlightLedger
-from extender.state.cache.pods import pod_uid
+from extender.state.cache.pods import pod_group_name, pod_uid
 from extender.state.classic import ClassicNegotiator
 from extender.state.filter.attempt import Attempt, Attempts
 from extender.state.filter.gangs import DEFAULT_GANG_HOLD_SECONDS, DEFAULT_GANG_RETRY_BACKOFF, GangFilter
@@ -168,7 +168,7 @@ class SchedulingService:
 
     def filter(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> FilterOutcome:
         """Filter without PostFilter (``filter_and_recover`` is the verb)."""
-        gang = self.gang_filter.filter(pod, node_names) if self.gangs.enabled else None
+        gang = self.gang_filter.filter(pod, node_names) if pod_group_name(pod) and self.gangs.enabled else None
         if gang is not None:
             return gang
         return self._decide_and_apply(pod, node_names).outcome
@@ -179,7 +179,7 @@ class SchedulingService:
         PostFilter over the same attempt (``filter/recovery.py``: stale claims freed, or
         preemption). A gang's member is answered from its gang's plan instead
         (``filter/gangs.py``)."""
-        if self.gangs.enabled:
+        if pod_group_name(pod) and self.gangs.enabled:  # most pods name no group: nothing to run
             gang = await cooperative.run(self.gang_filter.filter, pod, node_names)
             if gang is not None:
                 return gang
