@@ -24,7 +24,6 @@ several nodes (network-attached) are counted across the members' nodes.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -57,6 +56,8 @@ __all__ = [
 DEFAULT_MAX_CHECKS = 2000
 #: Distinct allocations of a gang's shared claims tried in turn.
 MAX_SHARED_OPTIONS = 8
+#: Per-node checks (remembered ones too) a plan may make per allocator run it may make.
+STEPS_PER_CHECK = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,11 +172,19 @@ class GangPlanner:
         self.max_checks = max_checks
         self.pace = pace
         self.checks = 0
+        #: Every per-node check, remembered or not: what bounds a search whose checks all come
+        #: from the memo (an infeasible gang over many equal nodes), ``STEPS_PER_CHECK`` x the runs.
+        self.steps = 0
         # With every device on one node, a node's check depends on the members planned there only.
         self._nodes_independent = all(s.node_name for s in snapshot.slices)
-        self._memo: dict[tuple[str, frozenset[tuple[Hashable, int]]], Allocation | None] = {}
+        self._memo: dict[tuple[str, tuple[Hashable, ...]], Allocation | None] = {}
 
     # --- public -------------------------------------------------------------------------------
+
+    def rebase(self, allocated: AllocatedState) -> None:
+        """Plan from ``allocated`` from now on (what is in use changed): remembered checks go."""
+        self.base = allocated
+        self._memo.clear()
 
     def plan(
         self,
@@ -189,16 +198,21 @@ class GangPlanner:
         """Place at least ``need`` of ``members`` (as many as the search finds room for) on
         ``nodes`` (in order of preference), with ``shared`` (the group's unallocated claims)
         allocated once for all of them; ``shared_allocated`` are the group's allocated claims."""
-        self.checks = 0
-        alone = tuple(m.key for m in members if not self._fits_somewhere(m, nodes, shared_allocated))
-        # members no node fits even alone take no part in the search
-        candidates = self._ordered([m for m in members if m.key not in alone])
-        # short of members: the search still says how many fit together (the reason's figure)
-        goal = min(need, len(candidates))
-        options: list[tuple[AllocationResult, ...]] = (
-            self._shared_options(shared, shared_allocated, nodes) if shared else [()]
-        )
+        self.checks = self.steps = 0
+        alone: tuple[str, ...] = ()
+        best = 0
+        candidates: list[GangMember] | None = None
         try:
+            alone = tuple(m.key for m in members if not self._fits_somewhere(m, nodes, shared_allocated))
+            # members no node fits even alone take no part in the search
+            candidates = self._ordered([m for m in members if m.key not in alone])
+            # short of members: the search still says how many fit together (the reason's figure)
+            goal = min(need, len(candidates))
+            if not shared and self._homogeneous(candidates):
+                return self._by_capacity(candidates, need, nodes, alone)
+            options: list[tuple[AllocationResult, ...]] = (
+                self._shared_options(shared, shared_allocated, nodes) if shared else [()]
+            )
             found = self._search(candidates, goal, nodes, shared, shared_allocated, options)
             if found is not None and goal == need:
                 return GangPlan(found[0], found[1], self.checks)
@@ -210,10 +224,49 @@ class GangPlanner:
                     best = smaller
                     break
         except _BudgetSpent:
-            if goal == need:
+            if candidates is None:  # spent before every member was tried alone
+                return GangInfeasible(best=0, checks=self.checks, outcome="budget", alone=alone)
+            if len(candidates) >= need:
+                options = self._shared_options(shared, shared_allocated, nodes) if shared else [()]
                 return self._greedy(candidates, need, nodes, shared, shared_allocated, options, alone)
-            return GangInfeasible(best=0, checks=self.checks, outcome="budget", alone=alone)
+            return GangInfeasible(best=best, checks=self.checks, outcome="budget", alone=alone)
         return GangInfeasible(best=best, checks=self.checks, alone=alone)
+
+    def _homogeneous(self, members: Sequence[GangMember]) -> bool:
+        """Whether the members are all one shape, free to go to any node, on nodes whose checks are
+        independent of each other: then how many fit on each node alone settles the gang."""
+        return (
+            bool(members)
+            and self._nodes_independent
+            and members[0].shape is not None
+            and all(m.shape == members[0].shape and m.nodes is None and not m.preallocated for m in members)
+        )
+
+    def _by_capacity(
+        self, members: Sequence[GangMember], need: int, nodes: Sequence[NodeInfo], alone: tuple[str, ...]
+    ) -> GangPlan | GangInfeasible:
+        """One shape on independent nodes (the spec's fast path): on each node in turn, as many
+        copies as fit (one more each check, stopping at the first that does not); exact, and at most
+        members + nodes checks."""
+        on_node: dict[str, list[GangMember]] = {}
+        results: dict[str, Allocation] = {}
+        left = list(members)
+        for node in nodes:
+            if not left:
+                break
+            placed: list[GangMember] = []
+            while left:
+                allocation = self.check(node, [*placed, left[0]], self.base, ())
+                if allocation is None:
+                    break
+                placed.append(left.pop(0))
+                results[node.name] = allocation
+            if placed:
+                on_node[node.name] = placed
+        count = len(members) - len(left)
+        if count >= need:
+            return GangPlan(_placements(on_node, results), (), self.checks)
+        return GangInfeasible(best=count, checks=self.checks, alone=alone)
 
     def _search(
         self,
@@ -247,16 +300,20 @@ class GangPlanner:
     ) -> Allocation | None:
         """One allocator run for the claims of every member in ``on_node`` together on ``node``;
         None when they do not fit (or a member can never be placed there)."""
+        self.steps += 1
+        if self.steps > self.max_checks * STEPS_PER_CHECK:
+            raise _BudgetSpent
+        if self.pace is not None:
+            self.pace()
         key = None
         if self._nodes_independent and not fixed and all(m.shape is not None for m in on_node):
-            key = (node.name, frozenset(Counter(m.shape for m in on_node).items()))
+            # in order: the joint results are split back to the members in this order
+            key = (node.name, tuple(m.shape for m in on_node))
             if key in self._memo:
                 return self._memo[key]
         if self.checks >= self.max_checks:
             raise _BudgetSpent
         self.checks += 1
-        if self.pace is not None:
-            self.pace()
         claims = [claim for member in on_node for claim in member.claims]
         preallocated = [claim for member in on_node for claim in member.preallocated] + list(fixed)
         allocator = Allocator(
@@ -279,25 +336,12 @@ class GangPlanner:
     def _fits_somewhere(
         self, member: GangMember, nodes: Sequence[NodeInfo], shared_allocated: Sequence[ResourceClaim]
     ) -> bool:
-        """Whether the member fits on some node alone (no budget: one run per node at most)."""
-        state = self.base
+        """Whether the member fits on some node alone (checks counted against the budget)."""
         for node in nodes:
             if member.nodes is not None and node.name not in member.nodes:
                 continue
-            allocator = Allocator(
-                member.claims,
-                classes=self.classes,
-                snapshot=self.snapshot,
-                allocated=state,
-                features=self.features,
-                selectors=self.selectors,
-                preallocated=list(member.preallocated) + list(shared_allocated),
-            )
-            try:
-                if allocator.allocate(node) is not None:
-                    return True
-            except (NodeUnresolvable, PodUnschedulable, AllocationTimedOut):
-                continue
+            if self.check(node, [member], self.base, tuple(shared_allocated)) is not None:
+                return True
         return False
 
     def _shared_options(
@@ -454,7 +498,13 @@ class _Search:
         if i == len(members):
             return self.placed >= self.need
         member = members[i]
-        same_as_previous = i > 0 and members[i - 1].shape == member.shape and member.shape is not None
+        # members of one shape free to go to the same nodes are interchangeable: one order of them
+        same_as_previous = (
+            i > 0
+            and member.shape is not None
+            and members[i - 1].shape == member.shape
+            and members[i - 1].nodes == member.nodes
+        )
         start = 0
         if same_as_previous:
             previous = self.chosen[i - 1]

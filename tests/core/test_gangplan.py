@@ -98,7 +98,8 @@ def test_across_nodes_only_the_search_revisits_an_earlier_members_node() -> None
         "default/a": "n2",
         "default/b": "n1",
     }
-    greedy = planner(slices, max_checks=0).plan(members, 2, nodes)
+    # a budget that covers trying each member alone (one run each: both fit on n1) and no search
+    greedy = planner(slices, max_checks=2).plan(members, 2, nodes)
     assert isinstance(greedy, GangInfeasible) and greedy.outcome == "budget" and greedy.best == 1
 
 
@@ -186,11 +187,12 @@ def test_a_member_no_node_fits_alone_is_named() -> None:
 
 
 def test_the_budget_is_counted_in_allocator_runs_and_greedy_answers_when_it_is_spent() -> None:
+    # no shape: no member is like another, nothing is remembered, every check is a run
     nodes = [b.node(f"n{i}") for i in range(4)]
     members = [member(f"m{i}", 2, shape=None) for i in range(6)]
     full = planner([gpus(n.name, 3) for n in nodes]).plan(members, 4, nodes)
     assert isinstance(full, GangPlan) and full.outcome == "found"
-    spent = planner([gpus(n.name, 3) for n in nodes], max_checks=2).plan(members, 4, nodes)
+    spent = planner([gpus(n.name, 3) for n in nodes], max_checks=len(members) + 1).plan(members, 4, nodes)
     assert isinstance(spent, GangPlan) and spent.outcome == "greedy" and len(spent.placements) >= 4
 
 
@@ -291,3 +293,61 @@ def test_taking_a_nodes_allocation_out_again_is_exact_in_any_order() -> None:
     _remove(state, [second])
     _remove(state, [exclusive])
     assert state == AllocatedState()
+
+
+def test_one_shape_on_many_nodes_is_settled_by_capacity_in_few_checks() -> None:
+    """E2 at scale: 31 members of 8 GPUs on 30 nodes of 8. A search would try every way of
+    leaving one node empty (and every check after the first per node comes from the memo, so no
+    run budget would stop it); by each node's capacity it takes one check per member and node."""
+    nodes = [b.node(f"n{i:02}") for i in range(30)]
+    members = [member(f"m{i:02}", 8) for i in range(31)]
+    answer = planner([gpus(n.name, 8) for n in nodes]).plan(members, 31, nodes)
+    assert isinstance(answer, GangInfeasible) and answer.best == 30 and answer.outcome == "infeasible"
+    assert answer.checks <= 2 * 30
+    fits = planner([gpus(n.name, 8) for n in nodes]).plan(members[:30], 30, nodes)
+    assert isinstance(fits, GangPlan) and len({p.node for p in fits.placements}) == 30
+
+
+def test_the_search_is_bounded_in_steps_when_every_check_is_remembered() -> None:
+    """Two shapes, an infeasible gang over many equal nodes: the checks come from the memo after
+    the first per node and shape; the step budget still ends the search."""
+    nodes = [b.node(f"n{i:02}") for i in range(14)]
+    members = [member(f"a{i:02}", 8, shape="a") for i in range(8)]
+    members += [member(f"b{i:02}", 8, selectors=[H100], shape="b") for i in range(8)]
+    slices = [gpus(n.name, 8, model="h100") for n in nodes]
+    steps: list[int] = []
+    p = planner(slices, max_checks=200, pace=lambda: steps.append(1))
+    answer = p.plan(members, 16, nodes)
+    assert isinstance(answer, GangInfeasible)
+    # the search's steps, then greedy's (its runs are not counted against the spent budget)
+    assert p.steps <= (200 + 16 * 14) * 10
+    assert len(steps) >= p.steps - 1  # every step paced (but the one that found the budget spent)
+
+
+def test_pinned_members_of_one_shape_are_not_taken_for_interchangeable() -> None:
+    """A re-plan pins members to different nodes: one order of equal shapes is no longer enough.
+    A answered n1, B may only use n2 (kube-scheduler's filters took n1), C free."""
+    nodes = [b.node("n2"), b.node("n1")]
+    slices = [gpus("n1", 2), gpus("n2", 2)]
+    a = GangMember("default/a", member("a").claims, shape="same", nodes=frozenset({"n1"}))
+    b_ = GangMember("default/b", member("b").claims, shape="same", nodes=frozenset({"n2"}))
+    c = GangMember("default/c", member("c").claims, shape="same")
+    plan = planner(slices).plan([a, b_, c], 3, nodes)
+    assert isinstance(plan, GangPlan)
+    assert {p.member: p.node for p in plan.placements}["default/a"] == "n1"
+    assert {p.member: p.node for p in plan.placements}["default/b"] == "n2"
+
+
+def test_remembered_joint_results_go_back_to_the_members_in_their_order() -> None:
+    """Two shapes on one node, met in both orders (a pin puts them so): each member gets results
+    for its own claims, never the other's."""
+    slices = [gpus("n1", 3)]
+    two = GangMember("default/two", member("two", 2).claims, shape="two")
+    one = GangMember("default/one", member("one", 1).claims, shape="one")
+    p = planner(slices)
+    node = b.node("n1")
+    first = p.check(node, [two, one], AllocatedState(), ())
+    second = p.check(node, [one, two], AllocatedState(), ())
+    assert first is not None and second is not None
+    assert [len(r.devices) for r in first.results] == [2, 1]
+    assert [len(r.devices) for r in second.results] == [1, 2]

@@ -8,6 +8,7 @@ import copy
 from typing import Any
 
 from extender.backends.embedded import EmbeddedBackend
+from extender.core.model import AllocationResult, DeviceResult
 from extender.state.service import SchedulingService
 from extender.views.debug import DebugViews
 from tests.manifests import claim, cluster, gpu_slice, node, pod
@@ -303,3 +304,114 @@ def test_a_placed_member_fixes_the_gangs_rack() -> None:
     svc = service(objects)
     chosen = {svc.filter(member(f"m{i}", "pg", f"c{i}"), list(racks)).node_names[0] for i in range(2)}
     assert chosen == {"n3", "n4"}
+
+
+def three_nodes_one_gpu(*models: str) -> list[dict[str, Any]]:
+    objects = [*cluster(nodes=0)]
+    for i, model in enumerate(models, start=1):
+        objects += [node(f"n{i}"), models_slice(f"n{i}", model)]
+    return objects
+
+
+def held_by(svc: SchedulingService) -> dict[str, list[str]]:
+    """Pod UID -> the devices its holds take."""
+    out: dict[str, list[str]] = {}
+    for entry in svc.ledger:
+        if entry.tentative:
+            out.setdefault(entry.pod_uid, []).extend(f"{d.pool}/{d.device}" for d in entry.result.devices)
+    return out
+
+
+def test_a_re_plan_that_leaves_a_member_out_takes_its_hold_away() -> None:
+    """A (any GPU) answered n1; B (any) offered only n3; C can only use n3's GPU. The re-plan puts
+    B on n3 and leaves C out (minCount 2): C's old hold on n3 must go, or B's bind finds it taken."""
+    objects = three_nodes_one_gpu("x", "x", "c")
+    objects += [pod_group("pg", 2), gpu_claim("ca", 1), gpu_claim("cb", 1), gpu_claim("cc", 1, model="c")]
+    objects += [member("a", "pg", "ca"), member("b", "pg", "cb"), member("c", "pg", "cc")]
+    svc = service(objects)
+    assert svc.filter(member("a", "pg", "ca"), ["n1", "n2", "n3"]).node_names == ["n1"]
+    assert held_by(svc)["uid-c"] == ["n3/c-0"]
+    assert svc.filter(member("b", "pg", "cb"), ["n3"]).node_names == ["n3"]
+    holds = held_by(svc)
+    assert holds.get("uid-b") == ["n3/c-0"] and "uid-c" not in holds
+    (reason,) = set(svc.filter(member("c", "pg", "cc"), ["n1", "n2", "n3"]).failed.values())
+    assert reason == "gang default/pg complete without this member"
+
+
+def test_a_re_plan_keeps_every_node_of_the_pass_for_the_members_not_filtered_yet() -> None:
+    objects = three_nodes_one_gpu("x", "x", "x")
+    objects += [pod_group("pg", 3), *(gpu_claim(f"c{i}", 1) for i in range(3))]
+    objects += [member(f"m{i}", "pg", f"c{i}") for i in range(3)]
+    svc = service(objects)
+    first = svc.filter(member("m0", "pg", "c0"), ["n1", "n2", "n3"]).node_names
+    plan = svc.gang_filter.passes["default/pg"].plan
+    assert plan is not None
+    elsewhere = [n for n in ("n1", "n2", "n3") if n not in (first[0], plan.node_of("default/m1"))]
+    # m1 is offered only the node planned for m2: m2 must still find the third node
+    second = svc.filter(member("m1", "pg", "c1"), elsewhere).node_names
+    third = svc.filter(member("m2", "pg", "c2"), ["n1", "n2", "n3"]).node_names
+    assert sorted(first + second + third) == ["n1", "n2", "n3"]
+
+
+def test_a_member_whose_claims_cannot_be_read_does_not_restart_the_pass_at_every_filter() -> None:
+    objects = cluster(pod_group("pg", 2), gpu_claim("c0", 1), gpu_claim("c1", 1),
+                      member("m0", "pg", "c0"), member("m1", "pg", "c1"), member("lost", "pg", "missing"))  # fmt: skip
+    svc = service(objects)
+    assert svc.filter(member("m0", "pg", "c0"), NODES[:2]).node_names
+    assert svc.filter(member("m1", "pg", "c1"), NODES[:2]).node_names
+    assert svc.stats.gang_plans == {"found": 1}
+
+
+def test_a_pass_older_than_its_holds_is_planned_again() -> None:
+    now = [1000.0]
+    objects = cluster(pod_group("pg", 2), gpu_claim("c0", 1), gpu_claim("c1", 1),
+                      member("m0", "pg", "c0"), member("m1", "pg", "c1"))  # fmt: skip
+    svc = service(objects, clock=lambda: now[0], gang_hold_seconds=30)
+    svc.filter(member("m0", "pg", "c0"), NODES[:2])
+    now[0] += 31  # the holds have expired: m1 must not be answered from that plan
+    svc.filter(member("m1", "pg", "c1"), NODES[:2])
+    assert svc.stats.gang_plans == {"found": 2}
+
+
+def test_answers_given_before_a_repeated_member_are_kept_by_the_next_plan() -> None:
+    """kube-scheduler's pass 1 answered m0 only (its own filters stopped m1); pass 2 asks m1 first
+    (answered from the open plan), then m0 (a repeat: a new plan starts). m1 was answered in this
+    same pass: the new plan keeps it where it was answered."""
+    objects = cluster(pod_group("pg", 2), gpu_claim("c0", 1), gpu_claim("c1", 1),
+                      member("m0", "pg", "c0"), member("m1", "pg", "c1"), nodes=3, gpus=1)  # fmt: skip
+    svc = service(objects)
+    svc.filter(member("m0", "pg", "c0"), NODES)
+    (m1_node,) = svc.filter(member("m1", "pg", "c1"), NODES).node_names
+    (m0_node,) = svc.filter(member("m0", "pg", "c0"), NODES).node_names  # a new pass
+    open_pass = svc.gang_filter.passes["default/pg"]
+    assert open_pass.plans == 1 and svc.stats.gang_plans == {"found": 2}
+    assert open_pass.answered["uid-m1"] == m1_node and open_pass.node_of("uid-m1") == m1_node
+    assert m0_node != m1_node
+
+
+def test_devices_taken_while_the_search_let_others_run_are_planned_around() -> None:
+    """The plan is searched with pauses; a bind that takes one of its devices meanwhile (here: at
+    the planner's first pause) must not leave the gang holding it too."""
+    from extender.state.filter.gangs import GangFilter
+
+    objects = cluster(pod_group("pg", 2), gpu_claim("c0", 1), gpu_claim("c1", 1), gpu_claim("other", 1),
+                      member("m0", "pg", "c0"), member("m1", "pg", "c1"), nodes=2, gpus=2)  # fmt: skip
+    svc = service(objects)
+    taken: list[str] = []
+
+    def meanwhile() -> None:
+        if taken:
+            return
+        claim = svc.store.claims["default/other"]
+        result = AllocationResult(devices=(DeviceResult(request="gpus", driver="gpu.example.com", pool="node-1",
+                                                        device="gpu-0"),))  # fmt: skip
+        svc.ledger.add(claim=claim, pod_key="default/p", pod_uid="uid-p", node="node-1", result=result)
+        taken.append("node-1/gpu-0")
+
+    svc.gang_filter = GangFilter(
+        cluster=svc.cluster, gangs=svc.gangs, verdicts=svc.verdicts, stats=svc.stats, pace=lambda: meanwhile
+    )
+    svc.filter(member("m0", "pg", "c0"), NODES[:2])
+    assert taken
+    held = [d for devices in held_by(svc).values() for d in devices]
+    assert "node-1/gpu-0" not in held and len(held) == 2

@@ -370,7 +370,7 @@ class KubeBackend:
         try:
             await self.client.request("GET", resource.path, params={"limit": "1"}, verb="list", resource=resource.name)
         except AccessDenied as exc:
-            self._pod_group_problem = f"{exc.reason} (grant the extender get, list and watch on podgroups)"
+            self._pod_group_problem = f"{exc.reason} (grant the extender list and watch on podgroups)"
             log.warning("kube.pod_groups_forbidden", reason=self._pod_group_problem)
             return
         self._pod_group_version, self._pod_group_problem = version, ""

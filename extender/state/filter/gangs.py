@@ -89,6 +89,10 @@ class GangPass:
     #: Member UID -> pod key, for the plan's placements (which name members by key).
     keys: dict[str, str] = field(default_factory=dict)
     plans: int = 1
+    #: The nodes the pass plans over (the first member's offered nodes; a re-plan adds others').
+    nodes: list[NodeInfo] = field(default_factory=list)
+    #: Every waiting member's UID when the pass started, those that take no part included.
+    expected: frozenset[str] = frozenset()
 
     def node_of(self, uid: str) -> str | None:
         if self.plan is None:
@@ -120,7 +124,10 @@ class GangFilter:
         retry_backoff: int = DEFAULT_GANG_RETRY_BACKOFF,
         max_checks: int = DEFAULT_MAX_CHECKS,
         clock: Callable[[], float] = time.monotonic,
+        pace: Callable[[], Callable[[], object]] | None = None,
     ) -> None:
+        """``pace`` makes the planner's pace for one plan (default: let the event loop run every
+        ``DEFAULT_SLICE_SECONDS``); tests change the cluster there, as others would meanwhile."""
         self.cluster = cluster
         self.store = cluster.store
         self.gangs = gangs
@@ -130,12 +137,21 @@ class GangFilter:
         self.retry_backoff = retry_backoff
         self.max_checks = max_checks
         self.clock = clock
+        self._pace = pace if pace is not None else (lambda: Pacer(DEFAULT_SLICE_SECONDS).step)
         #: The open pass of each group, by ``namespace/name``.
         self.passes: dict[str, GangPass] = {}
         # group -> (inputs, reason) of its last infeasible answer, and how many passes in a row
         # have been answered from it
         self._infeasible: dict[str, tuple[tuple[object, ...], str]] = {}
         self._repeats: dict[str, int] = {}
+        # ResourceClaim changes seen (an infeasible answer depends on claims, not on pod statuses,
+        # which kube-scheduler itself rewrites after every failed pass)
+        self._claim_changes = 0
+        self.store.claim_listeners.append(self._claim_changed)
+
+    def _claim_changed(self, kind: str, _key: str) -> None:
+        if kind == "ResourceClaim":
+            self._claim_changes += 1
 
     # --- the verb --------------------------------------------------------------------------
 
@@ -153,11 +169,29 @@ class GangFilter:
             return None
         uid = pod_uid(pod)
         open_pass = self.passes.get(group.key)
-        if open_pass is None or uid in open_pass.answered or not self._waiting(members, open_pass):
-            open_pass = self._start(group, members, pod, node_names)
+        if (
+            open_pass is None
+            or uid in open_pass.answered
+            or {pod_uid(p) for p in members.waiting} != open_pass.expected
+            or self.clock() - open_pass.started_at >= self.hold_seconds
+        ):
+            open_pass = self._start(group, members, pod, node_names, self._carried(open_pass, uid))
             if open_pass is None:
                 return None
         return self._answer(group, members, open_pass, pod, node_names)
+
+    def _carried(self, open_pass: GangPass | None, uid: str) -> dict[str, str | None]:
+        """Nodes already answered that may belong to kube-scheduler's current pass when a new pass
+        of ours starts at ``uid``: those given since ``uid`` was last answered (kube-scheduler
+        filters each member once per pass, so they are in the pass ``uid`` is in now, or ended the
+        last one). The new plan keeps them where it can (``_start``)."""
+        if open_pass is None or uid not in open_pass.answered:
+            return {}
+        if self.clock() - open_pass.started_at >= self.hold_seconds:
+            return {}  # the holds behind those answers have expired
+        order = list(open_pass.answered)
+        after = order[order.index(uid) + 1 :]
+        return {member: node for member in after if (node := open_pass.answered[member]) is not None}
 
     # --- passes ----------------------------------------------------------------------------
 
@@ -170,26 +204,31 @@ class GangFilter:
         members.waiting.sort(key=pod_key)
         return members
 
-    @staticmethod
-    def _waiting(members: GangMembers, open_pass: GangPass) -> bool:
-        """Whether the open pass still concerns these waiting members (a member gone or new since
-        starts a new pass)."""
-        return {pod_uid(p) for p in members.waiting} == set(open_pass.keys)
-
     def _start(
-        self, group: PodGroup, members: GangMembers, pod: Mapping[str, Any], node_names: Sequence[str]
+        self,
+        group: PodGroup,
+        members: GangMembers,
+        pod: Mapping[str, Any],
+        node_names: Sequence[str],
+        carried: Mapping[str, str | None],
     ) -> GangPass | None:
-        """Plan the gang over the nodes ``pod`` is offered; the pass's holds replace the last ones.
-        None when the requesting pod's own claims cannot be planned here (the ordinary filter
-        answers it)."""
+        """Plan the gang over the nodes ``pod`` is offered (the members in ``carried`` kept where
+        they were answered); the pass's holds replace the last ones. None when the requesting
+        pod's own claims cannot be planned here (the ordinary filter answers it)."""
+        self._forget_deleted_groups()
         resolved = self._resolve(members, pod)
         if resolved is None:
             return None
-        nodes = [self.store.node(name) for name in dict.fromkeys(node_names)]
+        nodes = [self.store.node(name) for name in dict.fromkeys([*node_names, *(n for n in carried.values() if n)])]
+        expected = frozenset(pod_uid(p) for p in members.waiting)
+        pinned = {uid: frozenset((node,)) for uid, node in carried.items() if node}
         inputs = (
             tuple(sorted(uid for uid, _, _ in resolved)),
+            members.need,
             tuple(node_names),
-            self.store.revision,
+            tuple(sorted(pinned.items())),
+            id(self.store.snapshot()),
+            self._claim_changes,
             self.cluster.ledger.changes,
         )
         remembered = self._infeasible.get(group.key)
@@ -200,15 +239,28 @@ class GangFilter:
             if self.retry_backoff and repeats >= self.retry_backoff:
                 unchanged.back_off = True
                 unchanged.reason += f" (unchanged for {repeats} passes: retried after kube-scheduler's error backoff)"
-            return self._replace(group, unchanged, resolved)
+            return self._replace(group, unchanged, resolved, nodes, expected, carried)
         self._repeats.pop(group.key, None)
-        planned = self._plan(group, resolved, members.need, nodes, {}, self._placed_nodes(members))
+        planned = self._plan(group, resolved, members.need, nodes, pinned, self._placed_nodes(members))
+        if isinstance(planned.plan, GangInfeasible) and pinned:
+            # those answers may have ended kube-scheduler's last pass rather than begun this one
+            carried, pinned = {}, {}
+            planned = self._plan(group, resolved, members.need, nodes, pinned, self._placed_nodes(members))
         if isinstance(planned.plan, GangInfeasible):
             reason = self._reason(group, members, planned)
             self._infeasible[group.key] = (inputs, reason)
-            return self._replace(group, GangPass(group.key, self.clock(), None, reason), resolved)
+            return self._replace(
+                group, GangPass(group.key, self.clock(), None, reason), resolved, nodes, expected, carried
+            )
         self._infeasible.pop(group.key, None)
-        return self._replace(group, GangPass(group.key, self.clock(), planned.plan, domain=planned.domain), resolved)
+        new = GangPass(group.key, self.clock(), planned.plan, domain=planned.domain)
+        return self._replace(group, new, resolved, nodes, expected, carried)
+
+    def _forget_deleted_groups(self) -> None:
+        """Passes and remembered answers of PodGroups the store no longer has."""
+        for table in (self.passes, self._infeasible, self._repeats):
+            for key in [key for key in table if key not in self.store.pod_groups]:
+                del table[key]
 
     def _resolve(self, members: GangMembers, pod: Mapping[str, Any]) -> list[tuple[str, PodClaims, GangMember]] | None:
         """Each waiting member's claims as a ``GangMember`` (uid, claims, member). A member whose
@@ -235,6 +287,9 @@ class GangFilter:
                 shape=shape,
             )
             out.append((uid, claims, gang_member))
+        keys = [claim.key for _, claims, _ in out for claim in claims.all]
+        if len(keys) != len(set(keys)):
+            return None  # members sharing a claim: planned member by member for now (docs/gangs.md)
         return out
 
     def _plan(
@@ -266,10 +321,11 @@ class GangFilter:
             features=self.cluster.features,
             selectors=store.selectors,
             max_checks=self.max_checks,
-            pace=Pacer(DEFAULT_SLICE_SECONDS).step,
+            pace=self._pace(),
         )
         fixed = [*placed_nodes, *(next(iter(n)) for n in pinned.values() if len(n) == 1)]
         domains = self._domains(group, nodes, fixed)
+        before = (self.store.revision, self.cluster.ledger.changes)
         answer: GangPlan | GangInfeasible = GangInfeasible(best=0)
         spent, tried, domain = 0, 0, None
         for value, domain_nodes in domains:
@@ -284,6 +340,14 @@ class GangFilter:
                 break
             if not isinstance(answer, GangInfeasible) or found.best >= answer.best:
                 answer = dataclasses.replace(found, checks=spent)
+        moved = before != (self.store.revision, self.cluster.ledger.changes)
+        if isinstance(answer, GangPlan) and moved and self._taken_meanwhile(answer, own):
+            # a bind or a hold took some of the plan's devices while the search let others run:
+            # plan again, this time without pausing, so nothing can change under it
+            planner.pace = None
+            planner.rebase(store.in_use_without(own))
+            retry = planner.plan([m for _, _, m in members], need, [n for _, d in domains for n in d])
+            answer = dataclasses.replace(retry, checks=spent + retry.checks)
         outcome = answer.outcome
         self.stats.count_gang_plan(outcome)
         if isinstance(answer, GangPlan):
@@ -293,6 +357,17 @@ class GangFilter:
         else:
             log.info("gang.infeasible", group=group.key, fit=answer.best, checks=answer.checks, outcome=outcome)
         return _Planned(answer, members, domain, tried)
+
+    def _taken_meanwhile(self, plan: GangPlan, own: Sequence[str]) -> bool:
+        """Whether a device of ``plan`` is in use now by something other than the gang's own holds."""
+        in_use = self.store.in_use_without(own)
+        return any(
+            device.device_id in in_use.devices
+            for placement in plan.placements
+            for result in placement.results
+            for device in result.devices
+            if device.share_id is None and not device.admin_access
+        )
 
     def _domains(
         self, group: PodGroup, nodes: Sequence[NodeInfo], fixed: Sequence[str]
@@ -313,7 +388,15 @@ class GangFilter:
             by_value = {value: members for value, members in by_value.items() if value in taken}
         return sorted(by_value.items(), key=lambda item: (len(item[1]), item[0]))
 
-    def _replace(self, group: PodGroup, new: GangPass, resolved: list[tuple[str, PodClaims, GangMember]]) -> GangPass:
+    def _replace(
+        self,
+        group: PodGroup,
+        new: GangPass,
+        resolved: list[tuple[str, PodClaims, GangMember]],
+        nodes: list[NodeInfo],
+        expected: frozenset[str],
+        carried: Mapping[str, str | None],
+    ) -> GangPass:
         """Make ``new`` the group's open pass: the last pass's holds given back, the plan's held."""
         old = self.passes.get(group.key)
         if old is not None:
@@ -321,12 +404,16 @@ class GangFilter:
                 self.cluster.ledger.drop_holds(uid)
         new.claims = {uid: claims for uid, claims, _ in resolved}
         new.keys = {uid: member.key for uid, _, member in resolved}
+        new.nodes, new.expected = nodes, expected
+        new.answered.update(carried)
         self.passes[group.key] = new
         self._hold(new)
         return new
 
     def _hold(self, open_pass: GangPass) -> None:
         """The plan's devices into the ledger, one tentative entry per member's claim."""
+        for member_uid in open_pass.claims:  # a member a re-plan leaves out keeps nothing
+            self.cluster.ledger.drop_holds(member_uid)
         if open_pass.plan is None:
             return
         by_key = {key: uid for uid, key in open_pass.keys.items()}
@@ -335,7 +422,6 @@ class GangFilter:
             claims = open_pass.claims.get(uid or "")
             if claims is None or not claims.to_allocate:
                 continue
-            self.cluster.ledger.drop_holds(claims.pod_uid)
             record(
                 self.cluster, claims, placement.node, placement.results, tentative=True, ttl_seconds=self.hold_seconds
             )
@@ -376,18 +462,22 @@ class GangFilter:
         """Plan the gang again with this member restricted to the nodes it is offered and the
         members answered so far kept where they were answered; the new node, or None (the pass's
         reason then says why)."""
-        pinned = {answered: frozenset((node,)) for answered, node in open_pass.answered.items() if node is not None}
+        pinned = {
+            answered: frozenset((node,)) if node else frozenset() for answered, node in open_pass.answered.items()
+        }
         pinned[uid] = frozenset(node_names)
         resolved = [
             (member_uid, claims, GangMember(open_pass.keys[member_uid], tuple(claims.to_allocate),
                                             tuple(claims.allocated), self.verdicts.shape(claims)))
             for member_uid, claims in open_pass.claims.items()
         ]  # fmt: skip
-        offered = dict.fromkeys([*node_names, *(n for n in open_pass.answered.values() if n is not None)])
-        nodes = [self.store.node(name) for name in offered]
+        # every node of the pass (members not filtered yet may use any), then this member's others
+        names = dict.fromkeys([*(n.name for n in open_pass.nodes), *node_names])
+        nodes = [self.store.node(name) for name in names]
         if open_pass.plan is not None:  # the old plan's nodes come first
             planned_nodes = {p.node for p in open_pass.plan.placements}
             nodes.sort(key=lambda n: n.name not in planned_nodes)
+        open_pass.nodes = nodes
         planned = self._plan(group, resolved, members.need, nodes, pinned, self._placed_nodes(members))
         open_pass.plans += 1
         open_pass.domain = planned.domain
