@@ -1,0 +1,243 @@
+"""Gangs on the real control plane: how many are placed, how fast, and what is left half-done,
+under the in-tree DynamicResources plugin and under the extender (spec/workloads-and-gangs.md §8).
+
+One control plane (v1.36.3 with ``GenericWorkload``, ``GangScheduling``, ``DRAWorkloadResourceClaims``
+and ``scheduling.k8s.io/v1alpha2``), and per profile a fresh copy of the same cluster and the same
+gangs (``--seed``):
+
+- nodes of 8 GPUs each, a random number of them h100 and the rest a100 (so nodes differ);
+- gangs of 2-4 members (``minCount`` = size), each member asking 2 or 4 GPUs through a template
+  claim, either of any model or h100 only; members of both kinds in one gang are what one member at
+  a time gets wrong (kubernetes#138765: an "any" member takes the h100s an "h100" member needed).
+
+All pods are created at once; the run ends when every gang is placed or nothing has been bound for
+``--quiet`` seconds (``--time-limit`` at most). Reported per profile: gangs placed, members bound,
+partial gangs (some members bound, not all: must be 0), GPUs allocated to pods that are not bound at
+the end (held idle), time from creation to a gang's last bind (p50 / max), and CPU seconds of
+kube-scheduler and the extender over the run. One run per profile, on whatever else the machine
+does.
+
+Usage: ``KUBEBUILDER_ASSETS=... python -m bench.gangs [--nodes 12 --gangs 10 --seed 1]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.common import cpu_seconds
+
+GANG_GATES = "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true"
+PODGROUPS = "scheduling.k8s.io/v1alpha2"
+GPUS_PER_NODE = 8
+
+
+@dataclass(frozen=True)
+class Member:
+    name: str
+    gpus: int
+    h100_only: bool
+
+
+@dataclass(frozen=True)
+class Gang:
+    name: str
+    members: tuple[Member, ...]
+
+
+@dataclass(frozen=True)
+class Workload:
+    h100_per_node: tuple[int, ...]
+    gangs: tuple[Gang, ...]
+
+
+def workload(nodes: int, gangs: int, seed: int) -> Workload:
+    rng = random.Random(seed)
+    h100 = tuple(rng.randint(0, 4) for _ in range(nodes))
+    made = []
+    for g in range(gangs):
+        size = rng.randint(2, 4)
+        members = tuple(Member(f"g{g}-m{m}", rng.choice((2, 4)), h100_only=rng.random() < 0.4) for m in range(size))
+        made.append(Gang(f"g{g}", members))
+    return Workload(h100, tuple(made))
+
+
+@dataclass
+class Outcome:
+    placed: int = 0
+    bound: int = 0
+    partial: int = 0
+    idle_gpus: int = 0
+    times: list[float] = field(default_factory=list)
+    cpu: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _populate(scenario: Any, load: Workload, scheduler_name: str) -> None:
+    for node, h100 in zip(scenario.nodes(len(load.h100_per_node)), load.h100_per_node, strict=True):
+        devices = [
+            {"name": f"gpu-{i}", "attributes": {"model": {"string": "h100" if i < h100 else "a100"}}}
+            for i in range(GPUS_PER_NODE)
+        ]
+        scenario.slice(node, devices)
+    any_gpu = scenario.device_class("any")
+    h100_gpu = scenario.device_class("h100", cel=f'device.attributes["{scenario.driver}"].model == "h100"')
+    for count in (2, 4):
+        scenario.template(f"any-{count}", any_gpu, count=count)
+        scenario.template(f"h100-{count}", h100_gpu, count=count)
+    for gang in load.gangs:
+        scenario.create(
+            {
+                "apiVersion": PODGROUPS,
+                "kind": "PodGroup",
+                "metadata": {"name": gang.name, "namespace": scenario.namespace},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": len(gang.members)}}},
+            }
+        )
+    for gang in load.gangs:
+        for member in gang.members:
+            template = f"{'h100' if member.h100_only else 'any'}-{member.gpus}"
+            scenario.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": member.name, "namespace": scenario.namespace},
+                    "spec": {
+                        "schedulerName": scheduler_name,
+                        "schedulingGroup": {"podGroupName": gang.name},
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "registry.k8s.io/pause:3.10",
+                                "resources": {"claims": [{"name": "gpus"}]},
+                            }
+                        ],
+                        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+                    },
+                }
+            )
+
+
+def _observe(scenario: Any, load: Workload, started: float, quiet: float, limit: float) -> Outcome:
+    """Poll until every gang is placed, nothing was bound for ``quiet`` s, or ``limit`` s passed."""
+    done: dict[str, float] = {}
+    bound_at: dict[str, float] = {}
+    last_change = time.monotonic()
+    while True:
+        pods = {p["metadata"]["name"]: p for p in scenario.admin.items(f"/api/v1/namespaces/{scenario.namespace}/pods")}
+        now = time.monotonic()
+        for name, pod in pods.items():
+            if pod["spec"].get("nodeName") and name not in bound_at:
+                bound_at[name] = now
+                last_change = now
+        for gang in load.gangs:
+            if gang.name not in done and all(m.name in bound_at for m in gang.members):
+                done[gang.name] = max(bound_at[m.name] for m in gang.members) - started
+        if len(done) == len(load.gangs) or now - last_change >= quiet or now - started >= limit:
+            break
+        time.sleep(0.5)  # polling the API server: the measure is the bind times seen, not this
+    out = Outcome(placed=len(done), bound=len(bound_at), times=sorted(done.values()))
+    out.partial = sum(1 for g in load.gangs if 0 < sum(m.name in bound_at for m in g.members) < len(g.members))
+    for claim in scenario.claims():
+        allocation = (claim.get("status") or {}).get("allocation")
+        owner = next((r["name"] for r in claim["metadata"].get("ownerReferences") or []), "")
+        if allocation and owner not in bound_at:
+            out.idle_gpus += len(allocation["devices"]["results"])
+    return out
+
+
+def _profile(plane: Any, deployment: Any, load: Workload, extender: bool, quiet: float, limit: float) -> Outcome:
+    from tests.e2e.harness import IN_TREE, SCHEDULER_NAME, Scenario
+
+    gates = [f"--feature-gates={GANG_GATES}"]
+    scenario = Scenario(deployment)
+    try:
+        if extender:
+            pair = deployment.start_pair(scheduler_args=gates)
+            assert pair.extender.popen is not None
+            pids = {"kube-scheduler": pair.scheduler.popen.pid, "dra-extender": pair.extender.popen.pid}
+            stop = lambda: deployment.stop_pair(pair)  # noqa: E731
+            name = SCHEDULER_NAME
+        else:
+            config = {"leaderElection": {"leaderElect": False}, "profiles": [{"schedulerName": IN_TREE}]}
+            process = plane.start_scheduler(config, name="kube-scheduler-in-tree", extra_args=gates)
+            pids = {"kube-scheduler": process.popen.pid}
+            stop = lambda: plane.stop_scheduler("kube-scheduler-in-tree")  # noqa: E731
+            name = IN_TREE
+        try:
+            before = {k: cpu_seconds(pid) for k, pid in pids.items()}
+            started = time.monotonic()
+            _populate(scenario, load, name)
+            outcome = _observe(scenario, load, started, quiet, limit)
+            outcome.seconds = time.monotonic() - started
+            outcome.cpu = {k: cpu_seconds(pid) - before[k] for k, pid in pids.items()}
+            return outcome
+        finally:
+            stop()
+    finally:
+        scenario.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--nodes", type=int, default=12)
+    parser.add_argument("--gangs", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--quiet", type=float, default=20.0, help="end after this long without a bind (s)")
+    parser.add_argument("--time-limit", type=float, default=180.0, help="end after this long at most (s)")
+    args = parser.parse_args(argv)
+
+    from tests.controlplane.assets import AssetsMissing, find_assets
+    from tests.controlplane.cluster import FEATURE_GATES, RUNTIME_CONFIG, ControlPlane, Options
+    from tests.e2e.harness import Deployment
+
+    try:
+        assets = find_assets()
+    except AssetsMissing as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    load = workload(args.nodes, args.gangs, args.seed)
+    options = Options(
+        feature_gates=f"{FEATURE_GATES},{GANG_GATES}", runtime_config=f"{RUNTIME_CONFIG},{PODGROUPS}=true"
+    )
+    results: list[tuple[str, Outcome]] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="gangs-") as folder,
+        ControlPlane(assets, Path(folder), options) as plane,
+    ):
+        deployment = Deployment(plane)
+        for label, extender in (("in-tree", False), ("extender", True)):
+            results.append((label, _profile(plane, deployment, load, extender, args.quiet, args.time_limit)))
+    members = sum(len(g.members) for g in load.gangs)
+    demand = sum(m.gpus for g in load.gangs for m in g.members)
+    h100_demand = sum(m.gpus for g in load.gangs for m in g.members if m.h100_only)
+    print(
+        f"{args.nodes} nodes x {GPUS_PER_NODE} GPUs ({sum(load.h100_per_node)} h100), {args.gangs} gangs, "
+        f"{members} members asking {demand} GPUs ({h100_demand} h100 only); seed {args.seed}\n"
+    )
+    print("| profile | gangs placed | members bound | partial gangs | GPUs held idle | time to place p50 / max s "
+          "| run s | kube-scheduler CPU s | extender CPU s |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---|---:|---:|---:|")
+    for label, out in results:
+        times = f"{statistics.median(out.times):.1f} / {max(out.times):.1f}" if out.times else "—"
+        print(
+            f"| {label} | {out.placed}/{args.gangs} | {out.bound}/{members} | {out.partial} | {out.idle_gpus} | "
+            f"{times} | {out.seconds:.0f} | {out.cpu.get('kube-scheduler', 0):.1f} | "
+            f"{out.cpu['dra-extender']:.1f} |"
+            if "dra-extender" in out.cpu
+            else f"| {label} | {out.placed}/{args.gangs} | {out.bound}/{members} | {out.partial} | {out.idle_gpus} | "
+            f"{times} | {out.seconds:.0f} | {out.cpu.get('kube-scheduler', 0):.1f} | — |"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
