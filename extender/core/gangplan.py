@@ -186,6 +186,21 @@ class GangPlanner:
         self.base = allocated
         self._memo.clear()
 
+    def state_with(self, plan: GangPlan) -> AllocatedState:
+        """A copy of the base with everything ``plan`` allocates counted in."""
+        state = _copy_state(self.base)
+        _add(state, [r for p in plan.placements for r in p.results])
+        _add(state, plan.shared)
+        return state
+
+    @staticmethod
+    def release(state: AllocatedState, results: Sequence[AllocationResult]) -> None:
+        _remove(state, results)
+
+    @staticmethod
+    def hold(state: AllocatedState, results: Sequence[AllocationResult]) -> None:
+        _add(state, results)
+
     def plan(
         self,
         members: Sequence[GangMember],
@@ -202,6 +217,8 @@ class GangPlanner:
         alone: tuple[str, ...] = ()
         best = 0
         candidates: list[GangMember] | None = None
+        # a member pinned to no node (kube-scheduler was answered without one for it) takes no part
+        members = [m for m in members if m.nodes is None or m.nodes]
         try:
             alone = tuple(m.key for m in members if not self._fits_somewhere(m, nodes, shared_allocated))
             # members no node fits even alone take no part in the search
@@ -297,12 +314,17 @@ class GangPlanner:
         on_node: Sequence[GangMember],
         state: AllocatedState,
         fixed: tuple[ResourceClaim, ...],
+        *,
+        counted: bool = True,
     ) -> Allocation | None:
         """One allocator run for the claims of every member in ``on_node`` together on ``node``;
-        None when they do not fit (or a member can never be placed there)."""
-        self.steps += 1
-        if self.steps > self.max_checks * STEPS_PER_CHECK:
-            raise _BudgetSpent
+        None when they do not fit (or a member can never be placed there). ``counted=False``: not
+        against the budget (trying each member alone: a remembered check costs a lookup, and at
+        most one real run per node and shape is made)."""
+        if counted:
+            self.steps += 1
+            if self.steps > self.max_checks * STEPS_PER_CHECK:
+                raise _BudgetSpent
         if self.pace is not None:
             self.pace()
         key = None
@@ -311,7 +333,7 @@ class GangPlanner:
             key = (node.name, tuple(m.shape for m in on_node))
             if key in self._memo:
                 return self._memo[key]
-        if self.checks >= self.max_checks:
+        if counted and self.checks >= self.max_checks:
             raise _BudgetSpent
         self.checks += 1
         claims = [claim for member in on_node for claim in member.claims]
@@ -340,7 +362,7 @@ class GangPlanner:
         for node in nodes:
             if member.nodes is not None and node.name not in member.nodes:
                 continue
-            if self.check(node, [member], self.base, tuple(shared_allocated)) is not None:
+            if self.check(node, [member], self.base, tuple(shared_allocated), counted=False) is not None:
                 return True
         return False
 
@@ -390,9 +412,29 @@ class GangPlanner:
         options: list[tuple[AllocationResult, ...]],
         alone: tuple[str, ...],
     ) -> GangPlan | GangInfeasible:
-        """One member at a time on its first fitting node, no backtracking (the budget is spent:
-        these runs are not counted against it)."""
-        self.max_checks = self.checks + len(members) * len(nodes) * max(1, len(options))
+        """One member at a time on its first fitting node, no backtracking, with a budget of its
+        own: a check per member and node at most, and no more than ``STEPS_PER_CHECK`` times the
+        search's (spent, the gang is reported as not placed)."""
+        limit = self.max_checks
+        own = min(len(members) * len(nodes) * max(1, len(options)), limit * STEPS_PER_CHECK)
+        self.max_checks, self.steps = self.checks + own, 0
+        try:
+            return self._one_at_a_time(members, need, nodes, shared, shared_allocated, options, alone)
+        except _BudgetSpent:
+            return GangInfeasible(best=0, checks=self.checks, outcome="budget", alone=alone)
+        finally:
+            self.max_checks = limit
+
+    def _one_at_a_time(
+        self,
+        members: Sequence[GangMember],
+        need: int,
+        nodes: Sequence[NodeInfo],
+        shared: Sequence[ResourceClaim],
+        shared_allocated: Sequence[ResourceClaim],
+        options: list[tuple[AllocationResult, ...]],
+        alone: tuple[str, ...],
+    ) -> GangPlan | GangInfeasible:
         best = 0
         for option in options or [()]:
             state = _copy_state(self.base)

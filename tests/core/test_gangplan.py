@@ -98,8 +98,8 @@ def test_across_nodes_only_the_search_revisits_an_earlier_members_node() -> None
         "default/a": "n2",
         "default/b": "n1",
     }
-    # a budget that covers trying each member alone (one run each: both fit on n1) and no search
-    greedy = planner(slices, max_checks=2).plan(members, 2, nodes)
+    # no budget for a search (trying each member alone is not counted): one member at a time
+    greedy = planner(slices, max_checks=1).plan(members, 2, nodes)
     assert isinstance(greedy, GangInfeasible) and greedy.outcome == "budget" and greedy.best == 1
 
 
@@ -192,7 +192,7 @@ def test_the_budget_is_counted_in_allocator_runs_and_greedy_answers_when_it_is_s
     members = [member(f"m{i}", 2, shape=None) for i in range(6)]
     full = planner([gpus(n.name, 3) for n in nodes]).plan(members, 4, nodes)
     assert isinstance(full, GangPlan) and full.outcome == "found"
-    spent = planner([gpus(n.name, 3) for n in nodes], max_checks=len(members) + 1).plan(members, 4, nodes)
+    spent = planner([gpus(n.name, 3) for n in nodes], max_checks=full.checks // 2).plan(members, 4, nodes)
     assert isinstance(spent, GangPlan) and spent.outcome == "greedy" and len(spent.placements) >= 4
 
 
@@ -316,12 +316,20 @@ def test_the_search_is_bounded_in_steps_when_every_check_is_remembered() -> None
     members += [member(f"b{i:02}", 8, selectors=[H100], shape="b") for i in range(8)]
     slices = [gpus(n.name, 8, model="h100") for n in nodes]
     steps: list[int] = []
-    p = planner(slices, max_checks=200, pace=lambda: steps.append(1))
+    p = planner(slices, pace=lambda: steps.append(1))  # the default budget, which greedy exceeded once
     answer = p.plan(members, 16, nodes)
-    assert isinstance(answer, GangInfeasible)
-    # the search's steps, then greedy's (its runs are not counted against the spent budget)
-    assert p.steps <= (200 + 16 * 14) * 10
-    assert len(steps) >= p.steps - 1  # every step paced (but the one that found the budget spent)
+    assert isinstance(answer, GangInfeasible) and answer.outcome == "budget"
+    assert len(steps) <= 2 * 2000 * 10 + 16 * 14  # the search's steps, greedy's, and each member alone
+
+
+def test_members_that_fit_only_far_down_the_node_list_do_not_spend_the_budget_alone() -> None:
+    """Trying each member alone walks the nodes until one fits: 100 members past 200 full nodes
+    must still be planned (that walk is not counted against the search)."""
+    nodes = [b.node(f"full-{i:03}") for i in range(200)] + [b.node(f"n{i:02}") for i in range(50)]
+    slices = [gpus(n.name, 8) for n in nodes[200:]]
+    members = [member(f"m{i:03}", 1) for i in range(100)]
+    answer = planner(slices).plan(members, 100, nodes)
+    assert isinstance(answer, GangPlan) and len(answer.placements) == 100
 
 
 def test_pinned_members_of_one_shape_are_not_taken_for_interchangeable() -> None:

@@ -415,3 +415,45 @@ def test_devices_taken_while_the_search_let_others_run_are_planned_around() -> N
     assert taken
     held = [d for devices in held_by(svc).values() for d in devices]
     assert "node-1/gpu-0" not in held and len(held) == 2
+
+
+def test_a_repeated_pass_plans_once_however_many_answers_it_took_over() -> None:
+    objects = cluster(pod_group("pg", 3), *(gpu_claim(f"c{i}", 1) for i in range(3)),
+                      *(member(f"m{i}", "pg", f"c{i}") for i in range(3)), nodes=3, gpus=1)  # fmt: skip
+    svc = service(objects)
+    for _ in range(2):  # kube-scheduler's pass, twice, in one order
+        answers = [svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES).node_names for i in range(3)]
+        assert sorted(n for a in answers for n in a) == NODES
+    assert svc.stats.gang_plans == {"found": 2}
+
+
+def test_a_deleted_pod_groups_holds_are_given_back() -> None:
+    objects = cluster(pod_group("pg", 2), pod_group("other", 2), gpu_claim("c0", 1), gpu_claim("c1", 1),
+                      gpu_claim("o0", 1), gpu_claim("o1", 1), member("m0", "pg", "c0"), member("m1", "pg", "c1"),
+                      member("o0", "other", "o0"), member("o1", "other", "o1"))  # fmt: skip
+    svc = service(objects)
+    svc.filter(member("m0", "pg", "c0"), NODES[:2])
+    assert set(held_by(svc)) == {"uid-m0", "uid-m1"}
+    svc.backend.store.delete("PodGroup", "default", "pg")  # type: ignore[attr-defined]
+    svc.filter(member("o0", "other", "o0"), NODES[:2])
+    assert set(held_by(svc)) == {"uid-o0", "uid-o1"}
+
+
+def test_a_remembered_refusal_ends_when_a_hold_that_caused_it_expires() -> None:
+    """Nothing else changes on an idle cluster: the hold's expiry alone must end the memory."""
+    now = [1000.0]
+    objects = cluster(pod_group("pg", 2), gpu_claim("c0", 2), gpu_claim("c1", 2), gpu_claim("other", 2),
+                      member("m0", "pg", "c0"), member("m1", "pg", "c1"), nodes=2, gpus=2)  # fmt: skip
+    svc = service(objects, clock=lambda: now[0], gang_retry_backoff=0)
+    other = svc.store.claims["default/other"]
+    result = AllocationResult(
+        devices=tuple(DeviceResult(request="gpus", driver="gpu.example.com", pool="node-1", device=f"gpu-{i}")
+                      for i in range(2))
+    )  # fmt: skip
+    svc.ledger.add(claim=other, pod_key="default/p", pod_uid="uid-p", node="node-1", result=result,
+                   tentative=True, ttl_seconds=2)  # fmt: skip
+    assert svc.filter(member("m0", "pg", "c0"), NODES[:2]).node_names == []
+    assert svc.filter(member("m0", "pg", "c0"), NODES[:2]).node_names == []  # remembered
+    now[0] += 3  # the other pod's hold expires; nothing else happens
+    assert svc.filter(member("m0", "pg", "c0"), NODES[:2]).node_names
+    assert svc.stats.gang_plans == {"infeasible": 1, "remembered": 1, "found": 1}

@@ -274,6 +274,9 @@ class ObjectStore:
         self._pod_group_of: dict[str, str] = {}
         #: Bumped on every change; cheap "did anything change" checks for callers' caches.
         self.revision = 0
+        #: The same, by kind: what changed of the kinds a cache depends on (a gang's remembered
+        #: answer does not depend on pods' statuses, which change all the time).
+        self.kind_changes: dict[str, int] = dict.fromkeys(KINDS, 0)
         #: Told ``(kind, key)`` after a Pod, ResourceClaim or PodSchedulingContext was added,
         #: replaced or deleted (a bind waiting for the resourceclaim controller or for a classic
         #: driver listens here).
@@ -299,32 +302,32 @@ class ObjectStore:
         key = object_key(kind, raw)
         if kind == "PodDisruptionBudget":
             self.budgets[key] = _budget(key, raw)
-            self.revision += 1
+            self._changed(kind)
             return
         if kind == "Pod":
             self.pods[key] = raw
             self._index_group_member(key, raw)
-            self.revision += 1
+            self._changed(kind)
             for listener in self.claim_listeners:
                 listener(kind, key)
             return
         if kind == "PodGroup":
             self.pod_groups[key] = decode_pod_group(raw)  # raises before anything changes
-            self.revision += 1
+            self._changed(kind)
             return
         spec_key = _spec_key(raw) if kind == "ResourceClaim" else None
         # A claim's spec is immutable: a status update need not decode it again.
         same = self.claims.get(key) if spec_key is not None and self.claim_specs.get(key) == spec_key else None
         if same is not None and self._metadata_only(key, raw):
             # e.g. bind's finalizer write: nothing the allocator reads changed but the version
-            self.revision += 1
+            self._changed(kind)
             self.claims[key] = dataclasses.replace(same, resource_version=raw["metadata"]["resourceVersion"])
             self.raw_claims[key] = raw
             for listener in self.claim_listeners:
                 listener(kind, key)
             return
         obj = decode_object(raw, same_spec_as=same)  # raises before anything changes
-        self.revision += 1
+        self._changed(kind)
         if isinstance(obj, DeviceClass):
             self.classes[key] = obj
             self._extended_classes = None
@@ -381,7 +384,7 @@ class ObjectStore:
         old = self.claims.pop(key, None)
         self.raw_claims.pop(key, None)
         self.claim_specs.pop(key, None)
-        self.revision += 1
+        self._changed("ResourceClaim")
         # Held stays held while the claim is unreadable: what it held when it was last readable,
         # what earlier unreadable versions named, and what this one names, together.
         held = _union(
@@ -415,7 +418,7 @@ class ObjectStore:
     def delete(self, kind: str, namespace: str | None, name: str) -> None:
         """Forget one object; unknown objects are ignored (a watch may repeat a DELETED event)."""
         key = f"{namespace or 'default'}/{name}" if kind in _NAMESPACED else name
-        self.revision += 1
+        self._changed(kind)
         if kind == "PodDisruptionBudget":
             self.budgets.pop(key, None)
         elif kind == "PodGroup":
@@ -487,6 +490,10 @@ class ObjectStore:
             "PodGroup": self.pod_groups,
         }[kind]  # type: ignore[assignment]
         return tuple(table)
+
+    def _changed(self, kind: str) -> None:
+        self.revision += 1
+        self.kind_changes[kind] = self.kind_changes.get(kind, 0) + 1
 
     def _index_group_member(self, key: str, raw: Mapping[str, Any] | None) -> None:
         """Keep ``group_pods`` up to date for the pod of ``key`` (None: the pod is gone)."""

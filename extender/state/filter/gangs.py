@@ -65,6 +65,10 @@ DEFAULT_GANG_RETRY_BACKOFF = 3
 #: only bounds what a pass that never binds keeps.
 DEFAULT_GANG_HOLD_SECONDS = 60.0
 
+#: The kinds a plan's inputs come from: a remembered infeasible answer holds while none of them
+#: changed (pods' statuses, which kube-scheduler writes after every failed pass, do not count).
+_PLAN_INPUT_KINDS = ("ResourceClaim", "ResourceSlice", "DeviceClass", "Node", "PodGroup", "DeviceTaintRule")
+
 log = structlog.get_logger()
 
 
@@ -93,6 +97,9 @@ class GangPass:
     nodes: list[NodeInfo] = field(default_factory=list)
     #: Every waiting member's UID when the pass started, those that take no part included.
     expected: frozenset[str] = frozenset()
+    #: Members whose answers the pass took over from the last one (``GangFilter._carried``): their
+    #: next filter is their first of this pass, not a repeat.
+    carried: set[str] = field(default_factory=set)
 
     def node_of(self, uid: str) -> str | None:
         if self.plan is None:
@@ -144,14 +151,6 @@ class GangFilter:
         # have been answered from it
         self._infeasible: dict[str, tuple[tuple[object, ...], str]] = {}
         self._repeats: dict[str, int] = {}
-        # ResourceClaim changes seen (an infeasible answer depends on claims, not on pod statuses,
-        # which kube-scheduler itself rewrites after every failed pass)
-        self._claim_changes = 0
-        self.store.claim_listeners.append(self._claim_changed)
-
-    def _claim_changed(self, kind: str, _key: str) -> None:
-        if kind == "ResourceClaim":
-            self._claim_changes += 1
 
     # --- the verb --------------------------------------------------------------------------
 
@@ -171,13 +170,14 @@ class GangFilter:
         open_pass = self.passes.get(group.key)
         if (
             open_pass is None
-            or uid in open_pass.answered
+            or (uid in open_pass.answered and uid not in open_pass.carried)
             or {pod_uid(p) for p in members.waiting} != open_pass.expected
             or self.clock() - open_pass.started_at >= self.hold_seconds
         ):
             open_pass = self._start(group, members, pod, node_names, self._carried(open_pass, uid))
             if open_pass is None:
                 return None
+        open_pass.carried.discard(uid)
         return self._answer(group, members, open_pass, pod, node_names)
 
     def _carried(self, open_pass: GangPass | None, uid: str) -> dict[str, str | None]:
@@ -218,7 +218,9 @@ class GangFilter:
         self._forget_deleted_groups()
         resolved = self._resolve(members, pod)
         if resolved is None:
+            self._drop(group.key)  # the ordinary filter answers: nothing of a last pass is kept
             return None
+        self.cluster.refresh()  # expired holds go before the inputs are compared
         nodes = [self.store.node(name) for name in dict.fromkeys([*node_names, *(n for n in carried.values() if n)])]
         expected = frozenset(pod_uid(p) for p in members.waiting)
         pinned = {uid: frozenset((node,)) for uid, node in carried.items() if node}
@@ -227,9 +229,10 @@ class GangFilter:
             members.need,
             tuple(node_names),
             tuple(sorted(pinned.items())),
-            id(self.store.snapshot()),
-            self._claim_changes,
+            group,  # its topology key, its annotations
+            tuple(self.store.kind_changes[kind] for kind in _PLAN_INPUT_KINDS),
             self.cluster.ledger.changes,
+            bool(self.cluster.nominations),
         )
         remembered = self._infeasible.get(group.key)
         if remembered is not None and remembered[0] == inputs:
@@ -257,10 +260,19 @@ class GangFilter:
         return self._replace(group, new, resolved, nodes, expected, carried)
 
     def _forget_deleted_groups(self) -> None:
-        """Passes and remembered answers of PodGroups the store no longer has."""
-        for table in (self.passes, self._infeasible, self._repeats):
+        """Passes (and their holds) and remembered answers of PodGroups the store no longer has."""
+        for key in [key for key in self.passes if key not in self.store.pod_groups]:
+            self._drop(key)
+        for table in (self._infeasible, self._repeats):
             for key in [key for key in table if key not in self.store.pod_groups]:
                 del table[key]
+
+    def _drop(self, group_key: str) -> None:
+        """Forget the group's open pass and give back its holds."""
+        old = self.passes.pop(group_key, None)
+        if old is not None:
+            for uid in old.claims:
+                self.cluster.ledger.drop_holds(uid)
 
     def _resolve(self, members: GangMembers, pod: Mapping[str, Any]) -> list[tuple[str, PodClaims, GangMember]] | None:
         """Each waiting member's claims as a ``GangMember`` (uid, claims, member). A member whose
@@ -328,6 +340,7 @@ class GangFilter:
         before = (self.store.revision, self.cluster.ledger.changes)
         answer: GangPlan | GangInfeasible = GangInfeasible(best=0)
         spent, tried, domain = 0, 0, None
+        chosen: list[NodeInfo] = []
         for value, domain_nodes in domains:
             planner.max_checks = self.max_checks - spent
             if planner.max_checks <= 0:
@@ -336,18 +349,19 @@ class GangFilter:
             spent += found.checks
             tried += 1
             if isinstance(found, GangPlan):
-                answer, domain = dataclasses.replace(found, checks=spent), value
+                answer, domain, chosen = dataclasses.replace(found, checks=spent), value, domain_nodes
                 break
             if not isinstance(answer, GangInfeasible) or found.best >= answer.best:
                 answer = dataclasses.replace(found, checks=spent)
         moved = before != (self.store.revision, self.cluster.ledger.changes)
-        if isinstance(answer, GangPlan) and moved and self._taken_meanwhile(answer, own):
-            # a bind or a hold took some of the plan's devices while the search let others run:
-            # plan again, this time without pausing, so nothing can change under it
-            planner.pace = None
+        if isinstance(answer, GangPlan) and moved:
+            planner.pace = None  # from here on nothing can change under the plan
             planner.rebase(store.in_use_without(own))
-            retry = planner.plan([m for _, _, m in members], need, [n for _, d in domains for n in d])
-            answer = dataclasses.replace(retry, checks=spent + retry.checks)
+            if not self._still_fits(planner, answer, [m for _, _, m in members], store.node):
+                # a bind or a hold took some of the plan's devices (or counters) while the search
+                # let others run: plan again in the same domain, without pausing
+                retry = planner.plan([m for _, _, m in members], need, chosen)
+                answer = dataclasses.replace(retry, checks=spent + retry.checks)
         outcome = answer.outcome
         self.stats.count_gang_plan(outcome)
         if isinstance(answer, GangPlan):
@@ -358,16 +372,30 @@ class GangFilter:
             log.info("gang.infeasible", group=group.key, fit=answer.best, checks=answer.checks, outcome=outcome)
         return _Planned(answer, members, domain, tried)
 
-    def _taken_meanwhile(self, plan: GangPlan, own: Sequence[str]) -> bool:
-        """Whether a device of ``plan`` is in use now by something other than the gang's own holds."""
-        in_use = self.store.in_use_without(own)
-        return any(
-            device.device_id in in_use.devices
-            for placement in plan.placements
-            for result in placement.results
-            for device in result.devices
-            if device.share_id is None and not device.admin_access
-        )
+    @staticmethod
+    def _still_fits(
+        planner: GangPlanner, plan: GangPlan, members: Sequence[GangMember], node: Callable[[str], NodeInfo]
+    ) -> bool:
+        """Whether ``plan`` still holds over the planner's (fresh) base: no planned device taken,
+        and each node's members still fit there beside the other nodes' plan (counters, capacity,
+        devices seen from several nodes)."""
+        base = planner.base
+        planned = [d.device_id for p in plan.placements for r in p.results for d in r.devices if d.share_id is None]
+        if any(device in base.devices for device in planned):
+            return False
+        by_key = {m.key: m for m in members}
+        on_node: dict[str, list[GangMember]] = {}
+        for placement in plan.placements:
+            on_node.setdefault(placement.node, []).append(by_key[placement.member])
+        state = planner.state_with(plan)
+        for node_name, node_members in on_node.items():
+            own = [r for p in plan.placements if p.node == node_name for r in p.results]
+            planner.release(state, own)
+            fits = planner.check(node(node_name), node_members, state, (), counted=False) is not None
+            planner.hold(state, own)
+            if not fits:
+                return False
+        return True
 
     def _domains(
         self, group: PodGroup, nodes: Sequence[NodeInfo], fixed: Sequence[str]
@@ -406,6 +434,7 @@ class GangFilter:
         new.keys = {uid: member.key for uid, _, member in resolved}
         new.nodes, new.expected = nodes, expected
         new.answered.update(carried)
+        new.carried = set(carried)
         self.passes[group.key] = new
         self._hold(new)
         return new
@@ -451,7 +480,8 @@ class GangFilter:
             node = self._replan_for(group, members, open_pass, uid, node_names)
             if node is None:
                 open_pass.answered[uid] = None
-                return FilterOutcome([], failed=dict.fromkeys(node_names, open_pass.reason))
+                reason = open_pass.reason or f"gang {group.key} complete without this member"
+                return FilterOutcome([], failed=dict.fromkeys(node_names, reason))
         open_pass.answered[uid] = node
         reason = f"gang {group.key}: member planned on {node}"
         return FilterOutcome([node], failed={name: reason for name in node_names if name != node})
