@@ -184,9 +184,14 @@ class PodExplanation:
     classic: Mapping[str, Any] | None = None
     nodes: tuple[ExplainedNode, ...] = ()
     preemption: PreemptionExplanation | None = None
+    #: For a member of a gang: the group, its members and its last pass (the plan, or why none);
+    #: the nodes above say what the pod's own devices find, which the gang's plan decides among.
+    gang: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pod": self.pod, "error": self.error, "nodes": [n.to_dict() for n in self.nodes]}
+        if self.gang is not None:
+            out["gang"] = dict(self.gang)
         if self.claims is not None:
             out["claims"] = list(self.claims)
         if self.classic is not None:
@@ -247,7 +252,28 @@ def explain_pod(service: SchedulingService, pod: Mapping[str, Any], node_names: 
         classic=_classic_summary(claims.classic, context) if claims.classic else None,
         nodes=tuple(nodes),
         preemption=preemption,
+        gang=_gang(service, pod),
     )
+
+
+def _gang(service: SchedulingService, pod: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The gang part of an explanation (read-only: no pass is started or planned here)."""
+    group = service.gangs.group_of(pod)
+    if group is None or not group.gang:
+        return None
+    members = service.gangs.members(group)
+    open_pass = service.gang_filter.passes.get(group.key)
+    uid = str((pod.get("metadata") or {}).get("uid") or "")
+    return {
+        "podGroup": group.key,
+        "minCount": group.min_count,
+        "topologyKey": group.topology_key or None,
+        "waiting": len(members.waiting),
+        "placed": len(members.placed),
+        "need": members.need,
+        "plannedNode": None if open_pass is None else open_pass.node_of(uid),
+        "reason": "" if open_pass is None else open_pass.reason,
+    }
 
 
 def _explained_node(

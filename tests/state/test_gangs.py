@@ -457,3 +457,18 @@ def test_a_remembered_refusal_ends_when_a_hold_that_caused_it_expires() -> None:
     now[0] += 3  # the other pod's hold expires; nothing else happens
     assert svc.filter(member("m0", "pg", "c0"), NODES[:2]).node_names
     assert svc.stats.gang_plans == {"infeasible": 1, "remembered": 1, "found": 1}
+
+
+def test_explain_shows_the_gang_verdict_of_a_member_and_changes_nothing() -> None:
+    from extender.views.explanation import explain_pod
+
+    objects = cluster(pod_group("pg", 3), *(gpu_claim(f"c{i}", 2) for i in range(3)),
+                      *(member(f"m{i}", "pg", f"c{i}") for i in range(3)), nodes=2, gpus=2)  # fmt: skip
+    svc = service(objects)
+    svc.filter(member("m0", "pg", "c0"), NODES[:2])
+    ledger_before = svc.ledger.changes
+    gang = explain_pod(svc, member("m1", "pg", "c1"), NODES[:2]).to_dict()["gang"]
+    assert (gang["podGroup"], gang["minCount"], gang["need"], gang["plannedNode"]) == ("default/pg", 3, 3, None)
+    assert gang["reason"] == "gang default/pg: 2 of 3 waiting members fit together (minCount 3)"
+    assert svc.ledger.changes == ledger_before and svc.stats.gang_plans == {"infeasible": 1}
+    assert "gang" not in explain_pod(svc, pod("loner"), NODES[:2]).to_dict()
