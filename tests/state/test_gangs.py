@@ -472,3 +472,95 @@ def test_explain_shows_the_gang_verdict_of_a_member_and_changes_nothing() -> Non
     assert gang["reason"] == "gang default/pg: 2 of 3 waiting members fit together (minCount 3)"
     assert svc.ledger.changes == ledger_before and svc.stats.gang_plans == {"infeasible": 1}
     assert "gang" not in explain_pod(svc, pod("loner"), NODES[:2]).to_dict()
+
+
+def fabric_objects() -> list[dict[str, Any]]:
+    """Racks r1 = {n1, n2} (4 GPUs each) and r2 = {n3 (4 GPUs), n4 (2)}; one fabric device per rack
+    (``domain-r1``, ``domain-r2``), reachable from its rack's nodes only (spec E4)."""
+    objects = [*cluster(nodes=0)]
+    for name, rack, count in (("n3", "r2", 4), ("n4", "r2", 2), ("n1", "r1", 4), ("n2", "r1", 4)):
+        objects += [rack_node(name, rack), gpu_slice(name, count)]
+    objects.append(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "fabric"},
+            "spec": {"selectors": [{"cel": {"expression": 'device.driver == "fabric.example.com"'}}]},
+        }
+    )
+    for rack in ("r1", "r2"):
+        objects.append(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"fabric-{rack}"},
+                "spec": {
+                    "driver": "fabric.example.com",
+                    "pool": {"name": f"fabric-{rack}", "generation": 1, "resourceSliceCount": 1},
+                    "nodeSelector": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "example.com/rack", "operator": "In", "values": [rack]}]}
+                        ]
+                    },
+                    "devices": [{"name": f"domain-{rack}"}],
+                },
+            }
+        )
+    domain = claim("pg-domain", 1, cls="fabric")
+    group = pod_group("pg", 2)
+    group["spec"]["resourceClaims"] = [{"name": "domain", "resourceClaimName": "pg-domain"}]
+    objects += [domain, group, gpu_claim("c0", 4), gpu_claim("c1", 4)]
+    for i in range(2):
+        raw = member(f"m{i}", "pg", f"c{i}")
+        raw["spec"]["resourceClaims"].append({"name": "domain", "resourceClaimName": "pg-domain"})
+        objects.append(raw)
+    return objects
+
+
+def fabric_member(i: int) -> dict[str, Any]:
+    raw = member(f"m{i}", "pg", f"c{i}")
+    raw["spec"]["resourceClaims"].append({"name": "domain", "resourceClaimName": "pg-domain"})
+    return raw
+
+
+async def test_a_pod_group_claim_is_allocated_once_for_the_group_where_the_whole_gang_fits() -> None:
+    """Spec E4b, with the extender: the first member's preferred nodes are in rack r2, where the gang
+    does not fit; the group's claim goes to ``domain-r1``, both members to r1, reserved for the
+    PodGroup (not a pod), written once though the members' binds run together (F2, F3, F4)."""
+    import asyncio
+
+    svc = service(fabric_objects())
+    order = ["n3", "n4", "n1", "n2"]
+    chosen = [svc.filter(fabric_member(i), order).node_names for i in range(2)]
+    assert sorted(n for c in chosen for n in c) == ["n1", "n2"]
+    await asyncio.gather(*(svc.bind("default", f"m{i}", f"uid-m{i}", chosen[i][0]) for i in range(2)))
+    views = DebugViews(svc)
+    domain = views.claim("default", "pg-domain")
+    assert domain is not None
+    assert [r["device"] for r in domain["status"]["allocation"]["devices"]["results"]] == ["domain-r1"]
+    assert domain["status"]["reservedFor"] == [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "pg", "uid": "uid-pg"}
+    ]
+    for i in range(2):
+        own = views.claim("default", f"c{i}")
+        assert own is not None and {r["pool"] for r in own["status"]["allocation"]["devices"]["results"]} == {
+            chosen[i][0]
+        }
+        assert views.pod("default", f"m{i}")["spec"]["nodeName"] == chosen[i][0]  # type: ignore[index]
+    assert svc.stats.allocations == 3  # the group's claim once, each member's own
+
+
+def test_a_pod_group_claim_made_for_someone_else_is_refused() -> None:
+    objects = fabric_objects()
+    domain = next(o for o in objects if o["kind"] == "ResourceClaim" and o["metadata"]["name"] == "pg-domain")
+    group = next(o for o in objects if o["kind"] == "PodGroup")
+    group["spec"]["resourceClaims"] = [{"name": "domain", "resourceClaimTemplateName": "domain-template"}]
+    group["status"] = {"resourceClaimStatuses": [{"name": "domain", "resourceClaimName": "pg-domain"}]}
+    domain["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Pod", "name": "x", "uid": "not-the-group", "controller": True}
+    ]
+    stored = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] == "m0")
+    stored["spec"]["resourceClaims"][-1] = {"name": "domain", "resourceClaimTemplateName": "domain-template"}
+    svc = service(objects)
+    outcome = svc.filter(copy.deepcopy(stored), ["n1", "n2"])
+    assert "was not created for pod group default/pg (pod group is not owner)" in outcome.error

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,7 @@ from extender.core.errors import (
 )
 from extender.core.extended import CANNOT_FIT_RESOURCE
 from extender.core.model import AllocationResult, ResourceClaim
+from extender.core.podgroups import POD_GROUP_CONSUMER
 from extender.state import cooperative
 from extender.state.bind.claim_writes import Written, roll_back, write_allocation, write_reservation
 from extender.state.bind.conditions import (
@@ -58,7 +60,7 @@ from extender.state.bind.conditions import (
     release_unbindable,
 )
 from extender.state.bind.extended_writes import create_extended_claim, record_extended_status
-from extender.state.cache.claims import PodClaims, reserved_for
+from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
 from extender.state.cache.pods import bound_node, nominated_node, pod_identity, pod_key, pod_uid
 from extender.state.classic import ClassicNegotiator
@@ -103,6 +105,13 @@ def ledger_ttl(deadline_seconds: float) -> float:
     """The in-flight ledger's TTL for a bind deadline: no entry expires while its bind may still
     write, nor before the watch has had time to show the last write."""
     return deadline_seconds + LEDGER_TTL_MARGIN_SECONDS
+
+
+def _group_consumer(claims: PodClaims) -> dict[str, str]:
+    """The ``reservedFor`` entry of a PodGroup's claim: the group (upstream writes exactly this)."""
+    assert claims.group is not None
+    api_group, resource = POD_GROUP_CONSUMER
+    return {"apiGroup": api_group, "resource": resource, "name": claims.group.name, "uid": claims.group.uid}
 
 
 @dataclass(slots=True)
@@ -158,6 +167,9 @@ class Binder:
         # Binds waiting for template claims, by pod key (see ``_with_created_claims``).
         self._claim_waiters: dict[str, list[asyncio.Event]] = {}
         self.store.claim_listeners.append(self._claim_or_pod_changed)
+        # A lock per PodGroup claim being allocated, held while a bind decides and writes it
+        # (weak: a lock nobody holds or waits for goes)
+        self._group_claim_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     def waiting_for_claims(self, pod_key: str) -> bool:
         """Whether a bind of the pod (``namespace/name``) is waiting right now for the
@@ -181,7 +193,10 @@ class Binder:
         if actual_uid in self.binding:
             raise Transient(f'pod "{namespace}/{name}" is being bound already')
         self.binding.add(actual_uid)  # before the decision: a long search lets other requests run
+        locks = self._group_claim_locks_of(pod)
         try:
+            for lock in locks:  # one bind at a time allocates a PodGroup's claim; the next sees it
+                await lock.acquire()
             decision = await cooperative.run(self._decide, pod, node_name)
             if decision is None:
                 # a retry after success: nothing left to do but what the first may not have done
@@ -202,11 +217,31 @@ class Binder:
                     self.ledger.drop(claim.key, pod_uid=actual_uid)  # this bind's own entries only
                 raise
         finally:
+            for lock in locks:
+                if lock.locked():
+                    lock.release()
             self.binding.discard(actual_uid)
         # Entries leave the ledger once the store shows the allocations (reconcile).
         self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
         self.cluster.nominations.drop(actual_uid)  # a preemptor's wait is over
         await self._end_negotiation(decision.pod, deadline)
+
+    def _group_claim_locks_of(self, pod: Mapping[str, Any]) -> list[asyncio.Lock]:
+        """The locks of the pod's PodGroup claims not allocated yet, in key order (none for most
+        pods). Members of a gang are bound together: without the lock two of them would allocate
+        the group's claim twice and one write would lose (upstream's #140053)."""
+        try:
+            claims = self.cluster.claims(pod)
+        except ExtenderError:
+            return []  # the decision raises it
+        keys = sorted(c.key for c in claims.to_allocate if c.key in claims.group_claims)
+        locks = []
+        for key in keys:
+            lock = self._group_claim_locks.get(key)
+            if lock is None:
+                lock = self._group_claim_locks[key] = asyncio.Lock()
+            locks.append(lock)
+        return locks
 
     async def _end_negotiation(self, pod: Mapping[str, Any], deadline: float) -> None:
         """Classic DRA: the pod is bound, its context has done its work. Deleted within the
@@ -249,12 +284,18 @@ class Binder:
             claims = self.cluster.claims(pod, from_templates=False)
             claims = claims.on_node(self.store.node(bound_to)) or claims  # device-plugin resources: none
             if bound_to == node_name and all(
-                reserved_for(c, uid) for c in claims.all if not claims.in_flight_only(c.key)
+                claims.reserved(c) for c in claims.all if not claims.in_flight_only(c.key)
             ):
                 return None
             raise WriteConflict(f'pod "{namespace}/{name}" is already bound to node {bound_to}')
         self.holds.release(uid, bound_to=node_name)
         claims = self._on_node(self.cluster.claims(pod), node_name)
+        for key in claims.group_claims:
+            # the gang's hold of its PodGroup's claim (under whichever member): this bind allocates
+            # it now (the binds of one group claim are serialized: ``_group_claim_locks``)
+            entry = self.ledger.get(key)
+            if entry is not None and entry.tentative:
+                self.ledger.drop(key)
         if claims.classic:
             self.classic.check_node(claims, node_name)
         return _Decision(pod, node_name, claims, self._allocate(claims, node_name))
@@ -413,9 +454,12 @@ class Binder:
                                 claim = await create_extended_claim(
                                     self.backend, self.ledger, claims, claim, result, pod, decision.node, record_
                                 )
-                            await write_allocation(self.backend, self.store, claim, result, pod, record_)
+                            consumer = _group_consumer(claims) if claim.key in claims.group_claims else None
+                            await write_allocation(
+                                self.backend, self.store, claim, result, pod, record_, consumer=consumer
+                            )
                             self.stats.allocations += 1
-                        elif not reserved_for(claim, uid):
+                        elif not claims.reserved(claim):
                             await write_reservation(self.backend, self.store, claim, pod, record_)
                         if claims.extended is not None and (claim.key == claims.extended_key or record_.created):
                             await record_extended_status(self.backend, self._current(pod), claims, claim)

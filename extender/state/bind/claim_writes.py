@@ -94,6 +94,8 @@ class Written:
     created: bool = False
     #: Its UID once the API server answered the create (the delete's precondition).
     created_uid: str = ""
+    #: The UID of the consumer whose reservation this bind added, when not the pod (a PodGroup).
+    consumer_uid: str = ""
 
     @property
     def wrote(self) -> bool:
@@ -143,9 +145,15 @@ async def write_allocation(
     result: AllocationResult,
     pod: Mapping[str, Any],
     record: Written,
+    *,
+    consumer: Mapping[str, str] | None = None,
 ) -> None:
-    """Steps 1 and 2 of the protocol for a claim this bind allocates."""
+    """Steps 1 and 2 of the protocol for a claim this bind allocates. ``consumer``: the
+    ``reservedFor`` entry when it is not the pod (a PodGroup's claim is reserved for the group)."""
     _, name, uid = pod_identity(pod)
+    entry = dict(consumer) if consumer is not None else {"resource": "pods", "name": name, "uid": uid}
+    if consumer is not None:
+        record.consumer_uid = entry["uid"]
 
     async def step(attempt: int) -> None:
         raw = await _fresh_claim(backend, store, claim, attempt)
@@ -167,7 +175,7 @@ async def write_allocation(
         allocation = encode_allocation_result(result, str(raw.get("apiVersion") or claim.api_version))
         allocation["allocationTimestamp"] = utc_now_text()
         status["allocation"] = allocation
-        status.setdefault("reservedFor", []).append({"resource": "pods", "name": name, "uid": uid})
+        status.setdefault("reservedFor", []).append(dict(entry))
         record.set_allocation = True
         record.added_reservation = True
         await sent(backend.update_claim_status(raw), record, "set_allocation", "added_reservation")
@@ -222,6 +230,7 @@ def _undo_step(backend: Backend, record: Written, uid: str) -> Callable[[int], A
 
 async def _undo(backend: Backend, record: Written, uid: str) -> None:
     namespace, _, name = record.claim_key.partition("/")
+    uid = record.consumer_uid or uid
     if record.created:
         await _undo_create(backend, record)
         return

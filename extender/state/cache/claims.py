@@ -35,6 +35,7 @@ from extender.core.extended import (
     special_claim,
 )
 from extender.core.model import NodeInfo, ResourceClaim
+from extender.core.podgroups import POD_GROUP_CONSUMER, PodGroup, PodGroupClaim
 from extender.state.cache.ledger import InFlightLedger
 from extender.state.cache.pods import pod_identity, pod_priority, pod_uid
 from extender.state.cache.store import ObjectStore
@@ -47,6 +48,7 @@ __all__ = [
     "pod_claim_refs",
     "provisional_key",
     "reserved_for",
+    "reserved_for_group",
     "resolve_pod_claims",
     "stale_extended_claim",
 ]
@@ -81,6 +83,18 @@ class PodClaims:
     #: (``extended_new``). "" when the pod has no such claim (on this node).
     extended_key: str = ""
     extended_new: bool = False
+    #: The pod's PodGroup where PodGroups are seen (None otherwise), and the keys of its claims
+    #: that are the group's (KEP-5729: allocated once for the group, reserved for the PodGroup).
+    group: PodGroup | None = None
+    group_claims: set[str] = field(default_factory=set)
+
+    def reserved(self, claim: ResourceClaim) -> bool:
+        """Whether ``claim`` is reserved for this pod: for the pod itself, or, for a claim of its
+        PodGroup, for the group (pods do not know the group's UID: by name, as upstream's
+        ``IsReservedForPod``)."""
+        if reserved_for(claim, self.pod_uid):
+            return True
+        return claim.key in self.group_claims and self.group is not None and reserved_for_group(claim, self.group)
 
     def in_flight_only(self, key: str) -> bool:
         """Whether the claim of ``key`` exists in no store yet (made from a template, or the
@@ -122,6 +136,24 @@ def _owned_by(raw_claim: Mapping[str, Any], pod_uid: str) -> bool:
 
 def reserved_for(claim: ResourceClaim, pod_uid: str) -> bool:
     return any(ref.uid == pod_uid for ref in claim.reserved_for)
+
+
+def reserved_for_group(claim: ResourceClaim, group: PodGroup) -> bool:
+    """Whether ``claim``'s ``reservedFor`` names the PodGroup (by group, resource and name)."""
+    api_group, resource = POD_GROUP_CONSUMER
+    return any(ref.api_group == api_group and ref.resource == resource and ref.name == group.name
+               for ref in claim.reserved_for)  # fmt: skip
+
+
+def _group_entry(group: PodGroup | None, ref: PodClaimRef, direct: str | None) -> PodGroupClaim | None:
+    """The PodGroup claim entry the pod's claim entry is bound to (upstream's ``BindTo``: same name,
+    same ``resourceClaimName``, same ``resourceClaimTemplateName``), or None: the pod's own claim."""
+    if group is None:
+        return None
+    for entry in group.claims:
+        if entry.name == ref.name and entry.claim_name == direct and entry.template_name == ref.template:
+            return entry
+    return None
 
 
 def provisional_key(namespace: str, pod_name: str, pod_uid: str, pod_claim_name: str) -> str:
@@ -268,6 +300,50 @@ def pod_claim_refs(pod: Mapping[str, Any]) -> list[PodClaimRef]:
     return refs
 
 
+def _group_claim(
+    store: ObjectStore,
+    ledger: InFlightLedger,
+    result: PodClaims,
+    group: PodGroup,
+    entry: PodGroupClaim,
+    ref: PodClaimRef,
+    namespace: str,
+    pod_name: str,
+) -> ResourceClaim:
+    """The pod's claim that is its PodGroup's: the named one, or the one the resourceclaim
+    controller made from the group's template (the pod's status names it, else the group's); it
+    must be owned by the group. Another member's bind allocating it right now is no obstacle: the
+    binds of a group's claim are serialized (``bind/binder.py``)."""
+    claim_name = entry.claim_name or ref.claim or group.claim_status(entry.name)
+    if not claim_name:
+        raise ClaimNotCreated(f'pod "{namespace}/{pod_name}": ResourceClaim not created yet')
+    key = f"{namespace}/{claim_name}"
+    claim = store.claims.get(key)
+    if claim is None and key in store.invalid_claims:
+        raise PodUnschedulable(f"resourceclaim {key} cannot be read: {store.invalid_claims[key]}", claim=key)
+    if claim is None:
+        raise ClaimNotCreated(f'resourceclaim.resource.k8s.io "{claim_name}" not found', claim=key)
+    if claim.deletion_timestamp:
+        raise Transient(f'resourceclaim "{claim_name}" is being deleted', claim=key)
+    if entry.template_name is not None and not _owned_by(store.raw_claims.get(key) or {}, group.uid):
+        raise Transient(
+            f"ResourceClaim {key} was not created for pod group {group.key} (pod group is not owner)", claim=key
+        )
+    if claim.controller:
+        raise PodUnschedulable(f"claim {key} of pod group {group.key}: {CLASSIC_NOT_SUPPORTED}", claim=key)
+    result.group_claims.add(key)
+    if claim.allocation is None:
+        in_flight = ledger.get(key)
+        members = store.group_pods.get(group.key, {})
+        if in_flight is not None and in_flight.pod_uid != result.pod_uid and in_flight.pod_key not in members:
+            raise Transient(f"resource claim {key} is in the process of being allocated", claim=key)
+    elif not reserved_for_group(claim, group) and len(claim.reserved_for) >= MAX_CONSUMERS:
+        raise Transient(
+            f"resource claim {key} is already reserved for {MAX_CONSUMERS} consumers, the maximum", claim=key
+        )
+    return claim
+
+
 def resolve_pod_claims(
     pod: Mapping[str, Any],
     store: ObjectStore,
@@ -275,11 +351,20 @@ def resolve_pod_claims(
     *,
     from_templates: bool = False,
     classic_dra: str | None = None,
+    group: PodGroup | None = None,
 ) -> PodClaims:
+    """``group``: the pod's PodGroup, where PodGroups are seen (its claims are the group's)."""
     namespace, name, uid = pod_identity(pod)
-    result = PodClaims(pod_key=f"{namespace}/{name}", pod_uid=uid, priority=pod_priority(pod))
+    result = PodClaims(pod_key=f"{namespace}/{name}", pod_uid=uid, priority=pod_priority(pod), group=group)
     for ref in pod_claim_refs(pod):
         pod_claim_name = ref.name
+        direct = ref.claim if ref.template is None else None
+        group_entry = _group_entry(group, ref, direct)
+        if group_entry is not None and group is not None:
+            shared = _group_claim(store, ledger, result, group, group_entry, ref, namespace, name)
+            result.all.append(shared)
+            (result.allocated if shared.allocation is not None else result.to_allocate).append(shared)
+            continue
         if ref.template is None and ref.claim is not None:
             claim_name, check_owner = ref.claim, False
         elif ref.template is not None:

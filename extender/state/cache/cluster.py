@@ -24,7 +24,7 @@ from extender.state.backend import Backend
 from extender.state.cache.claims import PodClaims, resolve_pod_claims
 from extender.state.cache.ledger import InFlightAllocation, InFlightLedger
 from extender.state.cache.nominations import Nominations
-from extender.state.cache.pods import pod_identity, pod_uid
+from extender.state.cache.pods import pod_group_name, pod_identity, pod_uid
 
 __all__ = ["ClusterView", "WatchedSearch"]
 
@@ -159,8 +159,17 @@ class ClusterView:
     def claims(self, pod: Mapping[str, Any], *, from_templates: bool = True) -> PodClaims:
         """``resolve_pod_claims`` over this view (template claims from their templates where they
         do not exist yet, unless ``from_templates`` is off)."""
+        group = None
+        group_name = pod_group_name(pod)
+        if group_name and self.backend.pod_groups == "":
+            group = self.store.pod_groups.get(f"{pod_identity(pod)[0]}/{group_name}")
         return resolve_pod_claims(
-            pod, self.store, self.ledger, from_templates=from_templates, classic_dra=self.backend.classic_dra
+            pod,
+            self.store,
+            self.ledger,
+            from_templates=from_templates,
+            classic_dra=self.backend.classic_dra,
+            group=group,
         )
 
     def warm_up(self, pace: Callable[[], bool] = _no_pause) -> dict[str, int]:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,7 +43,7 @@ import structlog
 from extender.core.budget import DEFAULT_SLICE_SECONDS
 from extender.core.errors import ExtenderError
 from extender.core.gangplan import DEFAULT_MAX_CHECKS, GangInfeasible, GangMember, GangPlan, GangPlanner
-from extender.core.model import NodeInfo
+from extender.core.model import NodeInfo, ResourceClaim
 from extender.core.podgroups import PodGroup
 from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
@@ -294,15 +294,27 @@ class GangFilter:
             shape = self.verdicts.shape(claims)
             gang_member = GangMember(
                 key=pod_key(member),
-                claims=tuple(claims.to_allocate),
+                # the PodGroup's claims are planned once for the gang (``_shared_claims``)
+                claims=tuple(c for c in claims.to_allocate if c.key not in claims.group_claims),
                 preallocated=tuple(claims.allocated),
                 shape=shape,
             )
             out.append((uid, claims, gang_member))
-        keys = [claim.key for _, claims, _ in out for claim in claims.all]
+        keys = [claim.key for _, claims, _ in out for claim in claims.all if claim.key not in claims.group_claims]
         if len(keys) != len(set(keys)):
-            return None  # members sharing a claim: planned member by member for now (docs/gangs.md)
+            return None  # members sharing a claim of their own: planned member by member (docs/gangs.md)
         return out
+
+    @staticmethod
+    def _shared_claims(claims: Iterable[PodClaims]) -> list[ResourceClaim]:
+        """The PodGroup's claims not allocated yet, once each, in key order (the planner's
+        ``shared``: allocated once, for every member)."""
+        shared: dict[str, ResourceClaim] = {}
+        for pod_claims in claims:
+            for claim in pod_claims.to_allocate:
+                if claim.key in pod_claims.group_claims:
+                    shared.setdefault(claim.key, claim)
+        return [shared[key] for key in sorted(shared)]
 
     def _plan(
         self,
@@ -337,6 +349,7 @@ class GangFilter:
         )
         fixed = [*placed_nodes, *(next(iter(n)) for n in pinned.values() if len(n) == 1)]
         domains = self._domains(group, nodes, fixed)
+        shared = self._shared_claims(claims for _, claims, _ in resolved)
         before = (self.store.revision, self.cluster.ledger.changes)
         answer: GangPlan | GangInfeasible = GangInfeasible(best=0)
         spent, tried, domain = 0, 0, None
@@ -345,7 +358,7 @@ class GangFilter:
             planner.max_checks = self.max_checks - spent
             if planner.max_checks <= 0:
                 break
-            found = planner.plan([m for _, _, m in members], need, domain_nodes)
+            found = planner.plan([m for _, _, m in members], need, domain_nodes, shared=shared)
             spent += found.checks
             tried += 1
             if isinstance(found, GangPlan):
@@ -360,7 +373,7 @@ class GangFilter:
             if not self._still_fits(planner, answer, [m for _, _, m in members], store.node):
                 # a bind or a hold took some of the plan's devices (or counters) while the search
                 # let others run: plan again in the same domain, without pausing
-                retry = planner.plan([m for _, _, m in members], need, chosen)
+                retry = planner.plan([m for _, _, m in members], need, chosen, shared=shared)
                 answer = dataclasses.replace(retry, checks=spent + retry.checks)
         outcome = answer.outcome
         self.stats.count_gang_plan(outcome)
@@ -451,9 +464,27 @@ class GangFilter:
             claims = open_pass.claims.get(uid or "")
             if claims is None or not claims.to_allocate:
                 continue
+            if claims.group_claims:  # the member's own claims here; the group's below
+                own = [c for c in claims.to_allocate if c.key not in claims.group_claims]
+                claims = dataclasses.replace(claims, to_allocate=own)
             record(
                 self.cluster, claims, placement.node, placement.results, tentative=True, ttl_seconds=self.hold_seconds
             )
+        shared = self._shared_claims(open_pass.claims.values())
+        if shared and open_pass.plan.shared and open_pass.plan.placements:
+            # held under the first placed member (its holds are the pass's to give back)
+            first = open_pass.plan.placements[0]
+            holder = open_pass.claims[by_key[first.member]]
+            for claim, result in zip(shared, open_pass.plan.shared, strict=True):
+                self.cluster.ledger.add(
+                    claim=claim,
+                    pod_key=holder.pod_key,
+                    pod_uid=holder.pod_uid,
+                    node=first.node,
+                    result=result,
+                    tentative=True,
+                    ttl_seconds=self.hold_seconds,
+                )
 
     # --- answers ---------------------------------------------------------------------------
 
