@@ -205,3 +205,76 @@ def test_a_gang_that_does_not_fit_leaves_no_device_allocated_and_no_member_bound
     (pair,) = gang_deployment.pairs
     plans = pair.extender.get("/debug/podgroups/" + gangs.namespace + "/too-big")
     assert plans["pass"]["plan"] is None and "2 of 3 waiting members fit together" in plans["pass"]["reason"]
+
+
+def test_a_pod_group_claim_is_allocated_once_for_the_group_and_every_member_is_where_it_allows(
+    gangs: Scenario, gang_deployment: Deployment
+) -> None:
+    """Spec E4 with the extender: racks r1 = {n1, n2} (4 GPUs each) and r2 = {n3 (4), n4 (2)}, one
+    fabric device per rack reachable from its rack; a PodGroup claim from a template (the
+    resourceClaim controller makes it for the group) asks for a fabric device, each member for 4
+    GPUs. The gang fits only in r1: the group's claim must be ``domain-r1``, reserved for the
+    PodGroup, and both members bound in r1."""
+    plane = gang_deployment.plane
+    racks = {f"{gangs.prefix}-n1": "r1", f"{gangs.prefix}-n2": "r1", f"{gangs.prefix}-n3": "r2",
+             f"{gangs.prefix}-n4": "r2"}  # fmt: skip
+    for name, rack in racks.items():
+        plane.add_nodes([name], labels={"example.com/rack": rack})
+        gangs._made.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    for name, count in zip(racks, (4, 4, 4, 2), strict=True):
+        gangs.gpus(name, count)
+    for rack in ("r1", "r2"):
+        selector = {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "example.com/rack", "operator": "In", "values": [rack]}]}]}  # fmt: skip
+        gangs.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{gangs.prefix}-fabric-{rack}"},
+                "spec": {
+                    "driver": gangs.driver,
+                    "pool": {"name": f"fabric-{rack}", "generation": 1, "resourceSliceCount": 1},
+                    "nodeSelector": selector,
+                    "devices": [{"name": f"domain-{rack}", "attributes": {"model": {"string": "fabric"}}}],
+                },
+            }
+        )
+    gpu = gangs.device_class("gpu", cel=f'device.attributes["{gangs.driver}"].model != "fabric"')
+    fabric = gangs.device_class("fabric", cel=f'device.attributes["{gangs.driver}"].model == "fabric"')
+    gangs.template("four-gpus", gpu, count=4)
+    gangs.template("domain", fabric)
+    gangs.create(
+        {
+            "apiVersion": PODGROUPS,
+            "kind": "PodGroup",
+            "metadata": {"name": "pg", "namespace": gangs.namespace},
+            "spec": {
+                "schedulingPolicy": {"gang": {"minCount": 2}},
+                "resourceClaims": [{"name": "domain", "resourceClaimTemplateName": "domain"}],
+            },
+        }
+    )
+    for i in range(2):
+        spec: dict[str, Any] = {
+            "schedulerName": SCHEDULER_NAME,
+            "schedulingGroup": {"podGroupName": "pg"},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                            "resources": {"claims": [{"name": "gpus"}, {"name": "domain"}]}}],
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "four-gpus"},
+                               {"name": "domain", "resourceClaimTemplateName": "domain"}],
+        }  # fmt: skip
+        gangs.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"m{i}", "namespace": gangs.namespace},
+                      "spec": spec})  # fmt: skip
+    nodes = {gangs.bound(f"m{i}") for i in range(2)}
+    assert {racks[n] for n in nodes} == {"r1"} and len(nodes) == 2
+    group = gangs.admin.get(f"/apis/{PODGROUPS}/namespaces/{gangs.namespace}/podgroups/pg")
+    (status,) = group["status"]["resourceClaimStatuses"]
+    claim = eventually(
+        lambda: (c := gangs.get_claim(status["resourceClaimName"]))["status"].get("reservedFor") and c,
+        what="the group's claim reserved",
+    )
+    assert [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]] == ["domain-r1"]
+    assert claim["status"]["reservedFor"] == [
+        {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "pg", "uid": group["metadata"]["uid"]}
+    ]
