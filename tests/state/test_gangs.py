@@ -7,7 +7,10 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import pytest
+
 from extender.backends.embedded import EmbeddedBackend
+from extender.core.errors import ExtenderError
 from extender.core.model import AllocationResult, DeviceResult
 from extender.state.service import SchedulingService
 from extender.views.debug import DebugViews
@@ -474,11 +477,13 @@ def test_explain_shows_the_gang_verdict_of_a_member_and_changes_nothing() -> Non
     assert "gang" not in explain_pod(svc, pod("loner"), NODES[:2]).to_dict()
 
 
-def fabric_objects() -> list[dict[str, Any]]:
-    """Racks r1 = {n1, n2} (4 GPUs each) and r2 = {n3 (4 GPUs), n4 (2)}; one fabric device per rack
-    (``domain-r1``, ``domain-r2``), reachable from its rack's nodes only (spec E4)."""
+def fabric_objects(extra_r1_node: bool = False) -> list[dict[str, Any]]:
+    """Racks r1 = {n1, n2} (4 GPUs each; ``n5`` too with ``extra_r1_node``) and r2 = {n3 (4 GPUs),
+    n4 (2)}; one fabric device per rack (``domain-r1``, ``domain-r2``), reachable from its rack's
+    nodes only (spec E4)."""
     objects = [*cluster(nodes=0)]
-    for name, rack, count in (("n3", "r2", 4), ("n4", "r2", 2), ("n1", "r1", 4), ("n2", "r1", 4)):
+    nodes = [("n3", "r2", 4), ("n4", "r2", 2), ("n1", "r1", 4), ("n2", "r1", 4)]
+    for name, rack, count in nodes + ([("n5", "r1", 4)] if extra_r1_node else []):
         objects += [rack_node(name, rack), gpu_slice(name, count)]
     objects.append(
         {
@@ -564,3 +569,51 @@ def test_a_pod_group_claim_made_for_someone_else_is_refused() -> None:
     svc = service(objects)
     outcome = svc.filter(copy.deepcopy(stored), ["n1", "n2"])
     assert "was not created for pod group default/pg (pod group is not owner)" in outcome.error
+
+
+async def test_a_member_bound_first_or_last_uses_the_group_claim_the_plan_chose() -> None:
+    """The second member in plan order binds first: the group claim's hold (under the first
+    member) is dropped by this bind, which allocates the claim as planned."""
+    svc = service(fabric_objects())
+    chosen = [svc.filter(fabric_member(i), ["n3", "n4", "n1", "n2"]).node_names[0] for i in range(2)]
+    for i in (1, 0):
+        await svc.bind("default", f"m{i}", f"uid-m{i}", chosen[i])
+    domain = DebugViews(svc).claim("default", "pg-domain")
+    assert domain is not None
+    assert [r["device"] for r in domain["status"]["allocation"]["devices"]["results"]] == ["domain-r1"]
+    assert len(svc.ledger) == 0
+
+
+def test_a_re_plan_with_a_group_claim_plans_it_once() -> None:
+    """A member's planned node is taken away by kube-scheduler's own filters: the gang is planned
+    again with the group's claim still planned once (not once more per member)."""
+    svc = service(fabric_objects(extra_r1_node=True))
+    first = svc.filter(fabric_member(0), ["n3", "n4", "n1", "n2", "n5"]).node_names
+    open_pass = svc.gang_filter.passes["default/pg"]
+    assert open_pass.plan is not None
+    planned_m1 = open_pass.plan.node_of("default/m1")
+    offered = [n for n in ("n1", "n2", "n5") if n not in (first[0], planned_m1)]
+    second = svc.filter(fabric_member(1), offered).node_names
+    assert second == offered and open_pass.plans == 2
+    assert open_pass.plan is not None and len(open_pass.plan.shared) == 1
+    assert held_by(svc)  # the plan's devices held again, the group's claim among them
+
+
+async def test_a_failed_bind_leaves_the_group_claim_to_the_group() -> None:
+    """Upstream's Unreserve never takes a PodGroup's reservation back: other members may be bound
+    on it. A member whose binding fails after it allocated the group's claim rolls back its own
+    claim only."""
+    from extender.core.errors import ApiUnavailable
+
+    svc = service(fabric_objects())
+    chosen = [svc.filter(fabric_member(i), ["n3", "n4", "n1", "n2"]).node_names[0] for i in range(2)]
+    svc.backend.faults.fail("bind_pod", ApiUnavailable("injected"))  # type: ignore[attr-defined]
+    with pytest.raises(ExtenderError):
+        await svc.bind("default", "m0", "uid-m0", chosen[0])
+    views = DebugViews(svc)
+    domain, own = views.claim("default", "pg-domain"), views.claim("default", "c0")
+    assert domain is not None and own is not None
+    assert domain["status"]["reservedFor"][0]["resource"] == "podgroups"
+    assert not (own.get("status") or {}).get("allocation")
+    await svc.bind("default", "m1", "uid-m1", chosen[1])  # the other member binds on it
+    assert views.pod("default", "m1")["spec"]["nodeName"] == chosen[1]  # type: ignore[index]

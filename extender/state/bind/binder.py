@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -62,7 +63,7 @@ from extender.state.bind.conditions import (
 from extender.state.bind.extended_writes import create_extended_claim, record_extended_status
 from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
-from extender.state.cache.pods import bound_node, nominated_node, pod_identity, pod_key, pod_uid
+from extender.state.cache.pods import bound_node, nominated_node, pod_group_name, pod_identity, pod_key, pod_uid
 from extender.state.classic import ClassicNegotiator
 from extender.state.clock import timeout_until
 from extender.state.filter.holds import Holds, record
@@ -193,11 +194,16 @@ class Binder:
         if actual_uid in self.binding:
             raise Transient(f'pod "{namespace}/{name}" is being bound already')
         self.binding.add(actual_uid)  # before the decision: a long search lets other requests run
-        locks = self._group_claim_locks_of(pod)
+        held: dict[str, asyncio.Lock] = {}  # the PodGroup claims' locks this bind holds
         try:
-            for lock in locks:  # one bind at a time allocates a PodGroup's claim; the next sees it
-                await lock.acquire()
+            for key, lock in self._group_claim_locks_of(pod):
+                await lock.acquire()  # one bind at a time allocates a group's claim; the next sees it
+                held[key] = lock
             decision = await cooperative.run(self._decide, pod, node_name)
+            # a group claim another member allocated meanwhile is just used: its lock goes now
+            allocating = {c.key for c in decision.claims.to_allocate} if decision is not None else set()
+            for key in [key for key in held if key not in allocating]:
+                held.pop(key).release()
             if decision is None:
                 # a retry after success: nothing left to do but what the first may not have done
                 await self._end_negotiation(pod, deadline)
@@ -217,31 +223,31 @@ class Binder:
                     self.ledger.drop(claim.key, pod_uid=actual_uid)  # this bind's own entries only
                 raise
         finally:
-            for lock in locks:
-                if lock.locked():
-                    lock.release()
+            for lock in held.values():
+                lock.release()
             self.binding.discard(actual_uid)
         # Entries leave the ledger once the store shows the allocations (reconcile).
         self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
         self.cluster.nominations.drop(actual_uid)  # a preemptor's wait is over
         await self._end_negotiation(decision.pod, deadline)
 
-    def _group_claim_locks_of(self, pod: Mapping[str, Any]) -> list[asyncio.Lock]:
-        """The locks of the pod's PodGroup claims not allocated yet, in key order (none for most
-        pods). Members of a gang are bound together: without the lock two of them would allocate
-        the group's claim twice and one write would lose (upstream's #140053)."""
+    def _group_claim_locks_of(self, pod: Mapping[str, Any]) -> list[tuple[str, asyncio.Lock]]:
+        """The locks of the pod's PodGroup claims not allocated yet, in key order (none for pods
+        of no group). Members of a gang are bound together: without the lock two of them would
+        allocate the group's claim twice and one write would lose (upstream's #140053)."""
+        if not pod_group_name(pod):
+            return []
         try:
             claims = self.cluster.claims(pod)
         except ExtenderError:
             return []  # the decision raises it
-        keys = sorted(c.key for c in claims.to_allocate if c.key in claims.group_claims)
-        locks = []
-        for key in keys:
+        out = []
+        for key in sorted(c.key for c in claims.to_allocate if c.key in claims.group_claims):
             lock = self._group_claim_locks.get(key)
             if lock is None:
                 lock = self._group_claim_locks[key] = asyncio.Lock()
-            locks.append(lock)
-        return locks
+            out.append((key, lock))
+        return out
 
     async def _end_negotiation(self, pod: Mapping[str, Any], deadline: float) -> None:
         """Classic DRA: the pod is bound, its context has done its work. Deleted within the
@@ -290,15 +296,46 @@ class Binder:
             raise WriteConflict(f'pod "{namespace}/{name}" is already bound to node {bound_to}')
         self.holds.release(uid, bound_to=node_name)
         claims = self._on_node(self.cluster.claims(pod), node_name)
+        planned: dict[str, AllocationResult] = {}
         for key in claims.group_claims:
             # the gang's hold of its PodGroup's claim (under whichever member): this bind allocates
-            # it now (the binds of one group claim are serialized: ``_group_claim_locks``)
+            # it now, as planned where it still can (the binds of one group claim are serialized)
             entry = self.ledger.get(key)
             if entry is not None and entry.tentative:
                 self.ledger.drop(key)
+                planned[key] = entry.result
         if claims.classic:
             self.classic.check_node(claims, node_name)
+        if planned:
+            return self._decide_as_planned(pod, node_name, claims, planned)
         return _Decision(pod, node_name, claims, self._allocate(claims, node_name))
+
+    def _decide_as_planned(
+        self, pod: Mapping[str, Any], node_name: str, claims: PodClaims, planned: Mapping[str, AllocationResult]
+    ) -> _Decision:
+        """The decision with the gang plan's devices for its PodGroup claims (the plan chose them
+        so that every member's node suits them: F3), the pod's own claims allocated around them;
+        a planned device something else took meanwhile (or a node the planned allocation does not
+        suit) has the claim allocated afresh."""
+        in_use = self.store.in_use_state().devices
+        usable = {
+            key: result
+            for key, result in planned.items()
+            if not any(d.device_id in in_use for d in result.devices if d.share_id is None and not d.admin_access)
+        }
+        if not usable:
+            return _Decision(pod, node_name, claims, self._allocate(claims, node_name))
+        fixed = [dataclasses.replace(c, allocation=usable[c.key]) for c in claims.to_allocate if c.key in usable]
+        rest = [c for c in claims.to_allocate if c.key not in usable]
+        variant = dataclasses.replace(claims, to_allocate=rest, allocated=[*claims.allocated, *fixed])
+        try:
+            results = dict(zip((c.key for c in rest), self._allocate(variant, node_name), strict=True))
+        except DoesNotFit:
+            return _Decision(pod, node_name, claims, self._allocate(claims, node_name))
+        group_part = dataclasses.replace(claims, to_allocate=[c for c in claims.to_allocate if c.key in usable])
+        record(self.cluster, group_part, node_name, [usable[c.key] for c in group_part.to_allocate], tentative=False)
+        results.update(usable)
+        return _Decision(pod, node_name, claims, tuple(results[c.key] for c in claims.to_allocate))
 
     def _on_node(self, claims: PodClaims, node_name: str) -> PodClaims:
         """The claims as they are on the chosen node (``PodClaims.on_node``: extended resources

@@ -230,7 +230,11 @@ def _undo_step(backend: Backend, record: Written, uid: str) -> Callable[[int], A
 
 async def _undo(backend: Backend, record: Written, uid: str) -> None:
     namespace, _, name = record.claim_key.partition("/")
-    uid = record.consumer_uid or uid
+    if record.consumer_uid:
+        # A PodGroup's claim, reserved for the group: other members may be bound on it by now
+        # (they add nothing to it), and upstream's Unreserve never takes a group's reservation
+        # back either; the next pass plans around it, and deleting the PodGroup frees it.
+        return
     if record.created:
         await _undo_create(backend, record)
         return

@@ -291,19 +291,21 @@ class GangFilter:
                 continue
             if claims.classic or claims.extended is not None:
                 return None
-            shape = self.verdicts.shape(claims)
-            gang_member = GangMember(
-                key=pod_key(member),
-                # the PodGroup's claims are planned once for the gang (``_shared_claims``)
-                claims=tuple(c for c in claims.to_allocate if c.key not in claims.group_claims),
-                preallocated=tuple(claims.allocated),
-                shape=shape,
-            )
-            out.append((uid, claims, gang_member))
+            out.append((uid, claims, self._member(pod_key(member), claims)))
         keys = [claim.key for _, claims, _ in out for claim in claims.all if claim.key not in claims.group_claims]
         if len(keys) != len(set(keys)):
             return None  # members sharing a claim of their own: planned member by member (docs/gangs.md)
         return out
+
+    def _member(self, key: str, claims: PodClaims) -> GangMember:
+        """A member as the planner sees it: its own claims (the PodGroup's are planned once for
+        the gang, ``_shared_claims``), its allocated ones (their selectors restrict its nodes)."""
+        return GangMember(
+            key=key,
+            claims=tuple(c for c in claims.to_allocate if c.key not in claims.group_claims),
+            preallocated=tuple(claims.allocated),
+            shape=self.verdicts.shape(claims),
+        )
 
     @staticmethod
     def _shared_claims(claims: Iterable[PodClaims]) -> list[ResourceClaim]:
@@ -332,7 +334,7 @@ class GangFilter:
         store = self.store
         # the members' own holds (the last pass's, under provisional keys too, for template claims
         # created since) are theirs to plan with
-        own = [claim.key for _, claims, _ in resolved for claim in claims.to_allocate]
+        own = [c.key for _, claims, _ in resolved for c in claims.to_allocate if c.key not in claims.group_claims]
         own += [entry.claim_key for uid, _, _ in resolved for entry in self.cluster.ledger.holds_of(uid)]
         members = [
             (uid, claims, GangMember(m.key, m.claims, m.preallocated, m.shape, pinned.get(uid)))
@@ -349,7 +351,14 @@ class GangFilter:
         )
         fixed = [*placed_nodes, *(next(iter(n)) for n in pinned.values() if len(n) == 1)]
         domains = self._domains(group, nodes, fixed)
-        shared = self._shared_claims(claims for _, claims, _ in resolved)
+        shared, shared_allocated = [], []
+        for claim in self._shared_claims(claims for _, claims, _ in resolved):
+            entry = self.cluster.ledger.get(claim.key)
+            if entry is not None and not entry.tentative:
+                # a member's bind is allocating it right now: as that bind decided
+                shared_allocated.append(dataclasses.replace(claim, allocation=entry.result))
+            else:
+                shared.append(claim)
         before = (self.store.revision, self.cluster.ledger.changes)
         answer: GangPlan | GangInfeasible = GangInfeasible(best=0)
         spent, tried, domain = 0, 0, None
@@ -358,7 +367,9 @@ class GangFilter:
             planner.max_checks = self.max_checks - spent
             if planner.max_checks <= 0:
                 break
-            found = planner.plan([m for _, _, m in members], need, domain_nodes, shared=shared)
+            found = planner.plan(
+                [m for _, _, m in members], need, domain_nodes, shared=shared, shared_allocated=shared_allocated
+            )
             spent += found.checks
             tried += 1
             if isinstance(found, GangPlan):
@@ -373,7 +384,9 @@ class GangFilter:
             if not self._still_fits(planner, answer, [m for _, _, m in members], store.node):
                 # a bind or a hold took some of the plan's devices (or counters) while the search
                 # let others run: plan again in the same domain, without pausing
-                retry = planner.plan([m for _, _, m in members], need, chosen, shared=shared)
+                retry = planner.plan(
+                    [m for _, _, m in members], need, chosen, shared=shared, shared_allocated=shared_allocated
+                )
                 answer = dataclasses.replace(retry, checks=spent + retry.checks)
         outcome = answer.outcome
         self.stats.count_gang_plan(outcome)
@@ -393,7 +406,8 @@ class GangFilter:
         and each node's members still fit there beside the other nodes' plan (counters, capacity,
         devices seen from several nodes)."""
         base = planner.base
-        planned = [d.device_id for p in plan.placements for r in p.results for d in r.devices if d.share_id is None]
+        results = [r for p in plan.placements for r in p.results] + list(plan.shared)
+        planned = [d.device_id for r in results for d in r.devices if d.share_id is None and not d.admin_access]
         if any(device in base.devices for device in planned):
             return False
         by_key = {m.key: m for m in members}
@@ -470,8 +484,12 @@ class GangFilter:
             record(
                 self.cluster, claims, placement.node, placement.results, tentative=True, ttl_seconds=self.hold_seconds
             )
-        shared = self._shared_claims(open_pass.claims.values())
-        if shared and open_pass.plan.shared and open_pass.plan.placements:
+        shared = [
+            c
+            for c in self._shared_claims(open_pass.claims.values())
+            if (entry := self.cluster.ledger.get(c.key)) is None or entry.tentative
+        ]
+        if shared and len(shared) == len(open_pass.plan.shared) and open_pass.plan.placements:
             # held under the first placed member (its holds are the pass's to give back)
             first = open_pass.plan.placements[0]
             holder = open_pass.claims[by_key[first.member]]
@@ -528,10 +546,9 @@ class GangFilter:
         }
         pinned[uid] = frozenset(node_names)
         resolved = [
-            (member_uid, claims, GangMember(open_pass.keys[member_uid], tuple(claims.to_allocate),
-                                            tuple(claims.allocated), self.verdicts.shape(claims)))
+            (member_uid, claims, self._member(open_pass.keys[member_uid], claims))
             for member_uid, claims in open_pass.claims.items()
-        ]  # fmt: skip
+        ]
         # every node of the pass (members not filtered yet may use any), then this member's others
         names = dict.fromkeys([*(n.name for n in open_pass.nodes), *node_names])
         nodes = [self.store.node(name) for name in names]
