@@ -454,6 +454,7 @@ def test_a_pod_that_fits_nowhere_gets_the_extenders_reasons_in_its_event(scenari
     assert re.match(r"0/\d+ nodes are available: ", message), message
     assert re.search(rf"\b1 {CANNOT_ALLOCATE}\b", message), message  # the first node, the only one with GPUs
     assert NO_DEVICES in message, message  # the second, and any other node
-    assert unschedulable(scenario, "big") is not None
+    # kube-scheduler records the event and patches the pod's condition separately, in either order
+    eventually(lambda: unschedulable(scenario, "big"), what="big's PodScheduled=False/Unschedulable")
     assert scenario.get_pod("big")["spec"].get("nodeName") is None
     assert scenario.get_claim("two").get("status", {}).get("allocation") is None
