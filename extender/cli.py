@@ -370,6 +370,14 @@ def _add_serve(commands: Any) -> None:
         "(default %(default)s)",
         type=_checked(_non_negative_int),
     )
+    option(
+        "--gang-barrier-seconds",
+        "3",
+        "how long the binds of a gang's members wait for each other: no member is bound before every "
+        "member's claims are written, and a failure undoes them all; members whose binds have not come "
+        "by then are left to bind alone; 0: every member binds on its own (docs/gangs.md) (default %(default)s)",
+        type=_checked(_non_negative_float),
+    )
     serve.add_argument(
         "--no-gangs",
         dest="gangs",
@@ -512,6 +520,7 @@ def _serve(args: argparse.Namespace) -> int:
         preempt_timeout_seconds=args.preempt_timeout_seconds,
         gang_hold_seconds=args.gang_hold_seconds,
         gang_retry_backoff=args.gang_retry_backoff,
+        gang_barrier_seconds=args.gang_barrier_seconds,
     )
     try:
         run(create_app(service, settings))

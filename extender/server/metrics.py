@@ -173,6 +173,16 @@ class _StateCollector(Collector):
         for outcome in ("found", "greedy", "infeasible", "budget", "remembered"):
             gang_plans.add_metric([outcome], stats.gang_plans.get(outcome, 0))
         yield gang_plans
+        gang_barrier = CounterMetricFamily(
+            f"{NAMESPACE}_gang_barrier",
+            "Rounds of a gang's binds at the bind barrier (docs/gangs.md), by outcome: opened (every "
+            "member's claims written, the bindings sent), partial (closed without members whose binds "
+            "never came), aborted (a member failed before its binding: every member's writes undone).",
+            labels=["outcome"],
+        )
+        for outcome in ("opened", "partial", "aborted"):
+            gang_barrier.add_metric([outcome], stats.gang_barrier.get(outcome, 0))
+        yield gang_barrier
         scalars: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str, float], ...] = (
             (
                 CounterMetricFamily,

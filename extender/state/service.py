@@ -24,6 +24,7 @@ from extender.core.model import Features
 from extender.core.scoring import ScoringPolicy
 from extender.state import cooperative
 from extender.state.backend import Backend
+from extender.state.bind.barrier import DEFAULT_GANG_BARRIER_SECONDS, GangBarrier
 from extender.state.bind.binder import DEFAULT_BIND_DEADLINE_SECONDS, DEFAULT_CLAIM_WAIT_SECONDS, Binder, ledger_ttl
 from extender.state.bind.claim_writes import DELETE_PROTECTION_FINALIZER
 from extender.state.bind.conditions import (
@@ -96,6 +97,7 @@ class SchedulingService:
         preempt_timeout_seconds: float = DEFAULT_PREEMPT_TIMEOUT_SECONDS,
         gang_hold_seconds: float = DEFAULT_GANG_HOLD_SECONDS,
         gang_retry_backoff: int = DEFAULT_GANG_RETRY_BACKOFF,
+        gang_barrier_seconds: float = DEFAULT_GANG_BARRIER_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -159,6 +161,7 @@ class SchedulingService:
             deadline_seconds=bind_deadline_seconds,
             binding=binding,
             classic=self.classic,
+            barrier=GangBarrier(self.gang_filter.bind_members, self.stats, wait_seconds=gang_barrier_seconds),
         )
 
     @property

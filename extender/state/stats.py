@@ -31,12 +31,19 @@ class ServiceStats:
     #: placed enough), infeasible, budget (ran out, and greedy did not place enough), remembered
     #: (an infeasible answer reused: nothing changed since).
     gang_plans: dict[str, int] = field(default_factory=dict)
+    #: Gang bind barrier rounds (``bind/barrier.py``): opened (every member written, the bindings
+    #: went out), partial (some members' binds never came: closed without them), aborted (a member
+    #: failed before its binding: every member's writes undone).
+    gang_barrier: dict[str, int] = field(default_factory=dict)
 
     def count_hold(self, outcome: str, n: int = 1) -> None:
         self.holds[outcome] = self.holds.get(outcome, 0) + n
 
     def count_gang_plan(self, outcome: str) -> None:
         self.gang_plans[outcome] = self.gang_plans.get(outcome, 0) + 1
+
+    def count_gang_barrier(self, outcome: str) -> None:
+        self.gang_barrier[outcome] = self.gang_barrier.get(outcome, 0) + 1
 
     def count_bind_failure(self, kind: str) -> None:
         self.binds_failed[kind] = self.binds_failed.get(kind, 0) + 1

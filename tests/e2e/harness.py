@@ -262,12 +262,27 @@ def _collection_path(doc: Mapping[str, Any]) -> str:
         "DeviceClass": "deviceclasses", "ResourceSlice": "resourceslices", "ResourceClaim": "resourceclaims",
         "ResourceClaimTemplate": "resourceclaimtemplates", "ConfigMap": "configmaps",
         "PriorityClass": "priorityclasses", "DeviceTaintRule": "devicetaintrules", "PodGroup": "podgroups",
+        "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+        "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
     }[kind]  # fmt: skip
     prefix = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     namespace = (doc.get("metadata") or {}).get("namespace")
     if namespace and kind not in ("Namespace", "ClusterRole", "ClusterRoleBinding", "Node", "PriorityClass"):
         return f"{prefix}/namespaces/{namespace}/{plural}"
     return f"{prefix}/{plural}"
+
+
+#: Kinds ``cleanup`` deletes itself (cluster-scoped, or the namespace): the rest go with the namespace.
+CLUSTER_KINDS = (
+    "Node",
+    "DeviceClass",
+    "ResourceSlice",
+    "Namespace",
+    "PriorityClass",
+    "DeviceTaintRule",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+)
 
 
 def object_path(doc: Mapping[str, Any]) -> str:
@@ -447,7 +462,7 @@ class Scenario:
         for pod in self.admin.items(f"/api/v1/namespaces/{self.namespace}/pods"):
             self.admin.delete(f"/api/v1/namespaces/{self.namespace}/pods/{pod['metadata']['name']}", grace_seconds=0)
         for doc in reversed(self._made):
-            if doc["kind"] in ("Node", "DeviceClass", "ResourceSlice", "Namespace", "PriorityClass", "DeviceTaintRule"):
+            if doc["kind"] in CLUSTER_KINDS:
                 with contextlib.suppress(ApiError):
                     self.admin.delete(object_path(doc))
 

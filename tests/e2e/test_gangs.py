@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.controlplane.api import eventually
+from tests.controlplane.api import ApiError, eventually
 from tests.controlplane.assets import assets_or_skip
 from tests.controlplane.cluster import FEATURE_GATES, RUNTIME_CONFIG, ControlPlane, Options
 from tests.e2e.harness import IN_TREE, SCHEDULER_NAME, Deployment, Scenario
@@ -278,3 +278,101 @@ def test_a_pod_group_claim_is_allocated_once_for_the_group_and_every_member_is_w
     assert claim["status"]["reservedFor"] == [
         {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "pg", "uid": group["metadata"]["uid"]}
     ]
+
+
+def refuse_claim_status_writes(scenario: Scenario, claims: list[str]) -> str:
+    """A ValidatingAdmissionPolicy (and its binding) that makes the API server refuse every status
+    update of the named claims of the scenario's namespace: an injected claim-write failure in a
+    real bind. Returns the binding's path; the policy is in force once a dry-run update is refused."""
+    name = f"{scenario.prefix}-refuse-claim-status"
+    names = ", ".join(f"'{claim}'" for claim in claims)
+    scenario.create(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": ["resource.k8s.io"],
+                            "apiVersions": ["*"],
+                            "operations": ["UPDATE"],
+                            "resources": ["resourceclaims/status"],
+                        }
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": f"object.metadata.namespace != '{scenario.namespace}'"
+                        f" || !(object.metadata.name in [{names}])",
+                        "message": "injected: this claim's status may not be written",
+                    }
+                ],
+            },
+        }
+    )
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    scenario.create(binding)
+    path = f"/apis/resource.k8s.io/v1/namespaces/{scenario.namespace}/resourceclaims/{claims[0]}/status"
+
+    def refused() -> bool:
+        try:
+            scenario.admin.request("PUT", path, scenario.get_claim(claims[0]), params={"dryRun": "All"})
+        except ApiError as exc:
+            return "injected" in str(exc.body)
+        return False
+
+    eventually(refused, what="the admission policy in force")
+    return f"/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings/{name}"
+
+
+def test_a_claim_write_failing_for_one_member_leaves_no_member_bound(
+    gangs: Scenario, gang_deployment: Deployment, in_tree_gangs: str
+) -> None:
+    """Spec F5: the API server refuses the status write of one member's claim. In-tree, the other
+    member is bound anyway (a partial gang); with the extender's bind barrier neither is, and once
+    the writes are allowed again the gang is placed whole."""
+    nodes = gangs.nodes(2)
+    for name in nodes:
+        gangs.gpus(name, 2)
+    gpu = gangs.device_class()
+    for label in ("ext", "ref"):
+        for i in range(2):
+            gangs.claim(f"{label}-w{i}", gpu, count=2)
+    allow = refuse_claim_status_writes(gangs, ["ext-w1", "ref-w1"])
+    for label, scheduler in (("ref", in_tree_gangs), ("ext", SCHEDULER_NAME)):
+        pod_group(gangs, label, 2)
+        for i in range(2):
+            member(gangs, f"{label}-w{i}", label, claim=f"{label}-w{i}", scheduler_name=scheduler)
+        if label == "ref":
+            gangs.bound("ref-w0")  # in-tree: a partial gang
+            assert not gangs.get_pod("ref-w1")["spec"].get("nodeName")
+            gangs.admin.delete(f"/api/v1/namespaces/{gangs.namespace}/pods/ref-w0", grace_seconds=0)
+            gangs.admin.delete(f"/api/v1/namespaces/{gangs.namespace}/pods/ref-w1", grace_seconds=0)
+            eventually(lambda: not (gangs.get_claim("ref-w0").get("status") or {}).get("allocation"),
+                       what="the reference's devices released")  # fmt: skip
+    (pair,) = gang_deployment.pairs
+    aborted = eventually(
+        lambda: [
+            e
+            for e in pair.extender.events()
+            if e.get("event") == "bind.finished" and "no member is bound" in str(e.get("reason"))
+        ],
+        what="a round of the gang's binds given up",
+    )
+    assert aborted[0]["pod"] == f"{gangs.namespace}/ext-w0", aborted
+    assert not gangs.get_pod("ext-w0")["spec"].get("nodeName")
+    assert not gangs.get_pod("ext-w1")["spec"].get("nodeName")
+    assert not (gangs.get_claim("ext-w0").get("status") or {}).get("allocation")
+    gangs.admin.delete(allow)
+    placed = {gangs.bound(f"ext-w{i}") for i in range(2)}
+    assert placed == set(nodes)
+    for i in range(2):
+        allocated_on(gangs, f"ext-w{i}")

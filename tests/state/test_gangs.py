@@ -4,6 +4,7 @@ answered with why and nothing held (spec/workloads-and-gangs.md §7.2-§7.4)."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -88,8 +89,9 @@ async def test_the_binds_allocate_the_planned_devices_and_nothing_twice() -> Non
     )
     svc = service(objects)
     chosen = {name: svc.filter(member(name, "pg", f"c{name[1]}"), NODES[:2]).node_names[0] for name in ("m0", "m1")}
-    for name, node_name in chosen.items():
-        await svc.bind("default", name, f"uid-{name}", node_name)
+    # kube-scheduler sends a pass's binds together (spec E5a)
+    await asyncio.gather(*(svc.bind("default", name, f"uid-{name}", node) for name, node in chosen.items()))
+    assert svc.stats.gang_barrier == {"opened": 1}
     views = DebugViews(svc)
     devices = []
     for name in chosen:
@@ -532,8 +534,6 @@ async def test_a_pod_group_claim_is_allocated_once_for_the_group_where_the_whole
     """Spec E4b, with the extender: the first member's preferred nodes are in rack r2, where the gang
     does not fit; the group's claim goes to ``domain-r1``, both members to r1, reserved for the
     PodGroup (not a pod), written once though the members' binds run together (F2, F3, F4)."""
-    import asyncio
-
     svc = service(fabric_objects())
     order = ["n3", "n4", "n1", "n2"]
     chosen = [svc.filter(fabric_member(i), order).node_names for i in range(2)]
@@ -576,8 +576,7 @@ async def test_a_member_bound_first_or_last_uses_the_group_claim_the_plan_chose(
     member) is dropped by this bind, which allocates the claim as planned."""
     svc = service(fabric_objects())
     chosen = [svc.filter(fabric_member(i), ["n3", "n4", "n1", "n2"]).node_names[0] for i in range(2)]
-    for i in (1, 0):
-        await svc.bind("default", f"m{i}", f"uid-m{i}", chosen[i])
+    await asyncio.gather(*(svc.bind("default", f"m{i}", f"uid-m{i}", chosen[i]) for i in (1, 0)))
     domain = DebugViews(svc).claim("default", "pg-domain")
     assert domain is not None
     assert [r["device"] for r in domain["status"]["allocation"]["devices"]["results"]] == ["domain-r1"]
@@ -599,21 +598,90 @@ def test_a_re_plan_with_a_group_claim_plans_it_once() -> None:
     assert held_by(svc)  # the plan's devices held again, the group's claim among them
 
 
-async def test_a_failed_bind_leaves_the_group_claim_to_the_group() -> None:
+async def test_a_failed_binding_leaves_the_group_claim_to_the_group() -> None:
     """Upstream's Unreserve never takes a PodGroup's reservation back: other members may be bound
-    on it. A member whose binding fails after it allocated the group's claim rolls back its own
-    claim only."""
+    on it. A member whose binding fails after the gang's claims were all written (the barrier open)
+    rolls back its own claim only; the other member is bound."""
     from extender.core.errors import ApiUnavailable
 
     svc = service(fabric_objects())
     chosen = [svc.filter(fabric_member(i), ["n3", "n4", "n1", "n2"]).node_names[0] for i in range(2)]
     svc.backend.faults.fail("bind_pod", ApiUnavailable("injected"))  # type: ignore[attr-defined]
-    with pytest.raises(ExtenderError):
-        await svc.bind("default", "m0", "uid-m0", chosen[0])
+    outcomes = await asyncio.gather(
+        *(svc.bind("default", f"m{i}", f"uid-m{i}", chosen[i]) for i in range(2)), return_exceptions=True
+    )
+    failed = [i for i, outcome in enumerate(outcomes) if isinstance(outcome, ExtenderError)]
+    assert len(failed) == 1 and outcomes[1 - failed[0]] is None
     views = DebugViews(svc)
-    domain, own = views.claim("default", "pg-domain"), views.claim("default", "c0")
+    domain, own = views.claim("default", "pg-domain"), views.claim("default", f"c{failed[0]}")
     assert domain is not None and own is not None
     assert domain["status"]["reservedFor"][0]["resource"] == "podgroups"
     assert not (own.get("status") or {}).get("allocation")
-    await svc.bind("default", "m1", "uid-m1", chosen[1])  # the other member binds on it
-    assert views.pod("default", "m1")["spec"]["nodeName"] == chosen[1]  # type: ignore[index]
+    bound = 1 - failed[0]
+    assert views.pod("default", f"m{bound}")["spec"]["nodeName"] == chosen[bound]  # type: ignore[index]
+    assert svc.stats.gang_barrier == {"opened": 1}
+
+
+def two_member_gang() -> list[dict[str, Any]]:
+    return cluster(
+        pod_group("pg", 2),
+        *(gpu_claim(f"c{i}", 2) for i in range(2)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(2)),
+        nodes=2,
+        gpus=2,
+    )
+
+
+async def test_a_claim_write_failing_for_one_member_leaves_no_member_bound() -> None:
+    """F5: without the barrier the other member would be bound already (upstream: a partial gang,
+    its PodGroup Scheduled). With it, every member's writes are undone and every bind fails."""
+    from extender.core.errors import ApiUnavailable
+
+    svc = service(two_member_gang())
+    chosen = {f"m{i}": svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]).node_names[0] for i in range(2)}
+    # the second claim status write fails (whichever member's it is)
+    svc.backend.faults.fail("update_claim_status", ApiUnavailable("injected"), after=1)  # type: ignore[attr-defined]
+    outcomes = await asyncio.gather(
+        *(svc.bind("default", name, f"uid-{name}", node) for name, node in chosen.items()), return_exceptions=True
+    )
+    assert all(isinstance(outcome, ExtenderError) for outcome in outcomes)
+    reasons = sorted((outcome.reason for outcome in outcomes if isinstance(outcome, ExtenderError)), key=len)
+    assert reasons[0] == "injected"
+    assert reasons[1].startswith("gang default/pg: no member is bound because the bind of m")
+    assert reasons[1].endswith("failed: injected")
+    views = DebugViews(svc)
+    for i in range(2):
+        assert not views.pod("default", f"m{i}")["spec"].get("nodeName")  # type: ignore[index]
+        raw = views.claim("default", f"c{i}")
+        assert raw is not None and not (raw.get("status") or {}).get("allocation")
+    assert svc.backend.faults.calls["bind_pod"] == 0  # type: ignore[attr-defined]
+    assert len(svc.ledger) == 0
+    assert svc.stats.gang_barrier == {"aborted": 1}
+    # the next pass plans and binds the gang whole
+    chosen = {f"m{i}": svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]).node_names[0] for i in range(2)}
+    await asyncio.gather(*(svc.bind("default", name, f"uid-{name}", node) for name, node in chosen.items()))
+    assert all(views.pod("default", name)["spec"]["nodeName"] == node for name, node in chosen.items())  # type: ignore[index]
+
+
+async def test_a_member_whose_bind_never_comes_is_left_out_after_the_wait() -> None:
+    svc = service(two_member_gang(), gang_barrier_seconds=0.01)
+    chosen = {f"m{i}": svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]).node_names[0] for i in range(2)}
+    await svc.bind("default", "m0", "uid-m0", chosen["m0"])  # m1's bind never comes
+    assert DebugViews(svc).pod("default", "m0")["spec"]["nodeName"] == chosen["m0"]  # type: ignore[index]
+    assert svc.stats.gang_barrier == {"partial": 1, "opened": 1}
+    assert svc.binder.barrier is not None and not svc.binder.barrier.rounds
+    await svc.bind("default", "m1", "uid-m1", chosen["m1"])  # a straggler binds alone
+    assert DebugViews(svc).pod("default", "m1")["spec"]["nodeName"] == chosen["m1"]  # type: ignore[index]
+
+
+async def test_with_the_barrier_off_each_member_binds_on_its_own() -> None:
+    from extender.core.errors import ApiUnavailable
+
+    svc = service(two_member_gang(), gang_barrier_seconds=0)
+    chosen = {f"m{i}": svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]).node_names[0] for i in range(2)}
+    await svc.bind("default", "m0", "uid-m0", chosen["m0"])
+    svc.backend.faults.fail("update_claim_status", ApiUnavailable("injected"))  # type: ignore[attr-defined]
+    with pytest.raises(ExtenderError, match="injected"):
+        await svc.bind("default", "m1", "uid-m1", chosen["m1"])
+    assert DebugViews(svc).pod("default", "m0")["spec"]["nodeName"] == chosen["m0"]  # type: ignore[index]
+    assert svc.stats.gang_barrier == {}

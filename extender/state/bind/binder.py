@@ -8,9 +8,11 @@ docs/pipeline.md ("one pod's timeline") walks through it. In short:
    into the in-flight ledger, so that every later filter and prioritize sees it;
 2. a template claim the resourceclaim controller has not created yet is waited for (at most
    ``claim_wait_seconds``), and then the same allocation is recorded under the claim's own key;
-3. the writes of ``claim_writes.py``, then the binding; any failure rolls back exactly what was
-   written, but for a binding sent and never answered, which keeps the claims (undoing them could
-   leave a bound pod without its devices).
+3. the writes of ``claim_writes.py``, then (a gang's member) the bind barrier of ``barrier.py``,
+   which lets the binding go only once every member of the gang's pass has written its claims,
+   then the binding; any failure rolls back exactly what was written, but for a binding sent and
+   never answered, which keeps the claims (undoing them could leave a bound pod without its
+   devices).
 
 Before step 1, a replica that may not write (``Backend.ensure_leader``: a standby) refuses the bind
 with ``NotLeader``, having decided and written nothing. The whole bind runs within one deadline
@@ -29,7 +31,7 @@ import asyncio
 import contextlib
 import dataclasses
 import weakref
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +52,7 @@ from extender.core.extended import CANNOT_FIT_RESOURCE
 from extender.core.model import AllocationResult, ResourceClaim
 from extender.core.podgroups import POD_GROUP_CONSUMER
 from extender.state import cooperative
+from extender.state.bind.barrier import GangBarrier
 from extender.state.bind.claim_writes import Written, roll_back, write_allocation, write_reservation
 from extender.state.bind.conditions import (
     DEFAULT_BINDING_WAIT_SECONDS,
@@ -142,6 +145,7 @@ class Binder:
         deadline_seconds: float = DEFAULT_BIND_DEADLINE_SECONDS,
         binding: set[str],
         classic: ClassicNegotiator | None = None,
+        barrier: GangBarrier | None = None,
     ) -> None:
         if deadline_seconds <= 0:
             raise ValueError("the bind deadline must be positive")
@@ -165,6 +169,8 @@ class Binder:
         self.deadline_seconds = deadline_seconds
         self.binding = binding
         self.classic = classic if classic is not None else ClassicNegotiator(cluster)
+        #: The gang bind barrier (``barrier.py``); None: every member binds on its own.
+        self.barrier = barrier
         # Binds waiting for template claims, by pod key (see ``_with_created_claims``).
         self._claim_waiters: dict[str, list[asyncio.Event]] = {}
         self.store.claim_listeners.append(self._claim_or_pod_changed)
@@ -194,11 +200,24 @@ class Binder:
         if actual_uid in self.binding:
             raise Transient(f'pod "{namespace}/{name}" is being bound already')
         self.binding.add(actual_uid)  # before the decision: a long search lets other requests run
+        # a gang member's binding waits until every member of its pass has written its claims
+        gang = self.barrier.join(pod) if self.barrier is not None else None
         held: dict[str, asyncio.Lock] = {}  # the PodGroup claims' locks this bind holds
+
+        async def before_binding() -> None:
+            # the group's claims are written: the next member's bind may go on with them
+            for lock in held.values():
+                lock.release()
+            held.clear()
+            if gang is not None:
+                await gang.gate(actual_uid)
+
         try:
             for key, lock in self._group_claim_locks_of(pod):
                 await lock.acquire()  # one bind at a time allocates a group's claim; the next sees it
                 held[key] = lock
+            for key in held:
+                await self._group_claim_settled(key, actual_uid, f"{namespace}/{name}", writes_by)
             decision = await cooperative.run(self._decide, pod, node_name)
             # a group claim another member allocated meanwhile is just used: its lock goes now
             allocating = {c.key for c in decision.claims.to_allocate} if decision is not None else set()
@@ -213,7 +232,7 @@ class Binder:
                     decision = await self._with_created_claims(decision, writes_by)
                 if decision.claims.classic:
                     decision = await self._with_classic_allocated(decision, writes_by)
-                await self._write(decision, writes_by, deadline)
+                await self._write(decision, writes_by, deadline, before_binding)
             except asyncio.CancelledError:
                 # What reached the API is unknown: the entries keep the devices taken until the
                 # store shows the claims (reconcile) or their TTL ends.
@@ -222,14 +241,52 @@ class Binder:
                 for claim in decision.claims.to_allocate:
                     self.ledger.drop(claim.key, pod_uid=actual_uid)  # this bind's own entries only
                 raise
+        except BaseException as exc:
+            if gang is not None:  # before the gate opened, the whole round gives up
+                gang.fail(actual_uid, exc.reason if isinstance(exc, ExtenderError) else type(exc).__name__)
+            raise
         finally:
             for lock in held.values():
                 lock.release()
             self.binding.discard(actual_uid)
+            if gang is not None and self.barrier is not None:
+                self.barrier.finished(gang, actual_uid)
         # Entries leave the ledger once the store shows the allocations (reconcile).
         self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
         self.cluster.nominations.drop(actual_uid)  # a preemptor's wait is over
         await self._end_negotiation(decision.pod, deadline)
+
+    async def _group_claim_settled(self, key: str, uid: str, pod_key: str, until: float) -> None:
+        """With a group claim's lock: when another member's bind has just written the claim (its
+        entry in the ledger), wait (never past ``until``) until the store shows it allocated, so
+        that this bind uses that allocation instead of allocating the claim a second time."""
+        event = asyncio.Event()
+        self._claim_waiters.setdefault(pod_key, []).append(event)
+        try:
+            while True:
+                event.clear()
+                stored = self.store.claims.get(key)
+                entry = self.ledger.get(key)
+                if (
+                    stored is None
+                    or stored.allocation is not None
+                    or entry is None
+                    or entry.tentative
+                    or entry.pod_uid == uid
+                ):
+                    return
+                remaining = until - self.clock()
+                if remaining <= 0:
+                    return  # the decision's write then meets the allocation and fails the bind
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await event.wait()
+        finally:
+            waiters = self._claim_waiters.get(pod_key, [])
+            if event in waiters:
+                waiters.remove(event)
+            if not waiters:
+                self._claim_waiters.pop(pod_key, None)
 
     def _group_claim_locks_of(self, pod: Mapping[str, Any]) -> list[tuple[str, asyncio.Lock]]:
         """The locks of the pod's PodGroup claims not allocated yet, in key order (none for pods
@@ -466,8 +523,15 @@ class Binder:
 
     # --- the writes -------------------------------------------------------------------------------
 
-    async def _write(self, decision: _Decision, writes_by: float, deadline: float) -> None:
-        """The claim writes, then the binding, all before ``writes_by``; on failure exactly what
+    async def _write(
+        self,
+        decision: _Decision,
+        writes_by: float,
+        deadline: float,
+        before_binding: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """The claim writes, then ``before_binding`` (the gang's bind barrier), then the binding,
+        all before ``writes_by``; on failure exactly what
         was written is undone, before ``deadline``. A binding sent and never answered (or still
         in flight at ``writes_by``) keeps the claims: undoing them could leave a bound pod
         without its devices; kept, they pin the pod's next attempt to this node (and the
@@ -502,6 +566,9 @@ class Binder:
                             await record_extended_status(self.backend, self._current(pod), claims, claim)
                     step = "binding conditions"
                     await self._await_binding_conditions(decision, [r.claim_key for r in written], writes_by)
+                    if before_binding is not None:
+                        step = "the gang's bind barrier"
+                        await before_binding()
                     step = "the binding"
                     await self._bind_pod(namespace, name, uid, decision.node, deadline)
             except TimeoutError:

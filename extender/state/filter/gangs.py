@@ -47,7 +47,7 @@ from extender.core.model import NodeInfo, ResourceClaim
 from extender.core.podgroups import PodGroup
 from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
-from extender.state.cache.pods import bound_node, pod_key, pod_uid
+from extender.state.cache.pods import bound_node, pod_group_name, pod_key, pod_uid
 from extender.state.cooperative import Pacer
 from extender.state.filter.holds import record
 from extender.state.filter.verdicts import FilterOutcome, VerdictCache
@@ -597,6 +597,27 @@ class GangFilter:
         if infeasible.outcome == "budget":
             text += "; search budget spent"
         return text
+
+    # --- the binds --------------------------------------------------------------------------
+
+    def bind_members(self, pod: Mapping[str, Any]) -> tuple[str, frozenset[str]] | None:
+        """For the bind barrier (``bind/barrier.py``): the pod's group and the members its open
+        pass answered with a node and that are not bound yet (the pods kube-scheduler binds
+        together), when the pod is one of them; else None."""
+        if not pod_group_name(pod):
+            return None
+        group = self.gangs.group_of(pod)
+        open_pass = self.passes.get(group.key) if group is not None and group.gang else None
+        if open_pass is None or open_pass.plan is None or self.clock() - open_pass.started_at >= self.hold_seconds:
+            return None
+        members = []
+        for uid, node in open_pass.answered.items():
+            stored = self.store.pods.get(open_pass.keys.get(uid, ""))
+            if node is not None and (stored is None or not bound_node(stored)):
+                members.append(uid)
+        if pod_uid(pod) not in members:
+            return None
+        return open_pass.group, frozenset(members)
 
     # --- introspection ---------------------------------------------------------------------
 
