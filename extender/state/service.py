@@ -20,13 +20,13 @@ import structlog
 from extender.core.answers import NOT_SYNCED
 from extender.core.budget import DEFAULT_FILTER_TIMEOUT_SECONDS
 from extender.core.errors import ExtenderError, NotSynced
-from extender.core.model import Features
+from extender.core.model import Features, ResourceClaim
 from extender.core.scoring import ScoringPolicy
 from extender.state import cooperative
 from extender.state.backend import Backend
 from extender.state.bind.barrier import DEFAULT_GANG_BARRIER_SECONDS, GangBarrier
 from extender.state.bind.binder import DEFAULT_BIND_DEADLINE_SECONDS, DEFAULT_CLAIM_WAIT_SECONDS, Binder, ledger_ttl
-from extender.state.bind.claim_writes import DELETE_PROTECTION_FINALIZER
+from extender.state.bind.claim_writes import DELETE_PROTECTION_FINALIZER, deallocate
 from extender.state.bind.conditions import (
     DEFAULT_BINDING_TIMEOUT_SECONDS,
     DEFAULT_BINDING_WAIT_SECONDS,
@@ -185,9 +185,30 @@ class SchedulingService:
         if pod_group_name(pod) and self.gangs.enabled:  # most pods name no group: nothing to run
             gang = await cooperative.run(self.gang_filter.filter, pod, node_names)
             if gang is not None:
-                return gang
+                group, stuck = self.gang_filter.take_releases(pod)
+                return await self._free_group_claims(group, stuck) if stuck else gang
         attempt = await cooperative.run(self._decide_and_apply, pod, node_names)
         return await self.post_filter.run(attempt)
+
+    async def _free_group_claims(self, group: str, stuck: Sequence[ResourceClaim]) -> FilterOutcome:
+        """A gang's PodGroup claims allocated where the gang cannot go, with no member placed
+        (spec F7, ``GangFilter._stuck_group_claims``): deallocated while they are reserved for the
+        group alone, and the member answered ``Error`` (kube-scheduler retries after its backoff,
+        and the next pass plans the claims afresh)."""
+        try:
+            await self.backend.ensure_leader()  # a write: a standby must not make it
+        except ExtenderError as exc:
+            return FilterOutcome([], error=f"claim {stuck[0].key} must be deallocated, but {exc.reason}")
+        for claim in stuck:
+            # reserved for the group alone (or nobody); a consumer added meanwhile stops the write
+            consumer = claim.reserved_for[0].uid if claim.reserved_for else ""
+            try:
+                await deallocate(self.backend, claim, consumer)
+            except ExtenderError as exc:
+                log.warning("gang.deallocation_failed", claim=claim.key, reason=exc.reason)
+                return FilterOutcome([], error=f"claim {claim.key} must be deallocated, but {exc.reason}")
+            log.info("gang.claim_deallocated", claim=claim.key)
+        return FilterOutcome([], error=f"deallocation of ResourceClaim {stuck[0].key} completed for gang {group}")
 
     def attempt(self, pod: Mapping[str, Any], node_names: Sequence[str]) -> Attempt:
         """The filter's decision, read-only (``filter/attempt.py``): what explain reads."""

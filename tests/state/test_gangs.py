@@ -685,3 +685,72 @@ async def test_with_the_barrier_off_each_member_binds_on_its_own() -> None:
         await svc.bind("default", "m1", "uid-m1", chosen["m1"])
     assert DebugViews(svc).pod("default", "m0")["spec"]["nodeName"] == chosen["m0"]  # type: ignore[index]
     assert svc.stats.gang_barrier == {}
+
+
+def stuck_in_r2(reserved_for: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """Spec E4 with the group's claim already allocated to ``domain-r2`` (a gang that ran there and
+    left, say), where the gang does not fit now."""
+    objects = fabric_objects()
+    domain = next(o for o in objects if o["kind"] == "ResourceClaim" and o["metadata"]["name"] == "pg-domain")
+    domain["metadata"]["uid"] = "uid-pg-domain"
+    domain["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [
+                    {"request": "gpus", "driver": "fabric.example.com", "pool": "fabric-r2", "device": "domain-r2"}
+                ]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "example.com/rack", "operator": "In", "values": ["r2"]}]}
+                ]
+            },
+        },
+        "reservedFor": reserved_for,
+    }
+    return objects
+
+
+GROUP_CONSUMER = {"apiGroup": "scheduling.k8s.io", "resource": "podgroups", "name": "pg", "uid": "uid-pg"}
+
+
+async def test_a_group_claim_allocated_where_the_gang_cannot_go_is_freed_when_no_member_is_placed() -> None:
+    """Spec F7: upstream keeps a PodGroup claim allocated until the PodGroup goes. With no member
+    placed and the claim reserved for the group alone, a gang that would fit with it freed gets it
+    deallocated (``Error``: kube-scheduler retries), and the next pass places the gang in r1."""
+    svc = service(stuck_in_r2([GROUP_CONSUMER]))
+    order = ["n3", "n4", "n1", "n2"]
+    outcome = await svc.filter_and_recover(fabric_member(0), order)
+    assert outcome.error == "deallocation of ResourceClaim default/pg-domain completed for gang default/pg"
+    domain = DebugViews(svc).claim("default", "pg-domain")
+    assert domain is not None and not domain["status"].get("allocation") and not domain["status"].get("reservedFor")
+    chosen = [(await svc.filter_and_recover(fabric_member(i), order)).node_names for i in range(2)]
+    assert sorted(n for c in chosen for n in c) == ["n1", "n2"]
+
+
+@pytest.mark.parametrize(
+    "reserved_for",
+    [
+        [GROUP_CONSUMER, {"resource": "pods", "name": "someone", "uid": "uid-someone"}],
+        [{**GROUP_CONSUMER, "name": "other", "uid": "uid-other"}],
+    ],
+    ids=["also-used-by-a-pod", "another-groups"],
+)
+async def test_a_group_claim_someone_else_uses_is_never_freed(reserved_for: list[dict[str, str]]) -> None:
+    svc = service(stuck_in_r2(reserved_for))
+    outcome = await svc.filter_and_recover(fabric_member(0), ["n3", "n4", "n1", "n2"])
+    assert "deallocation" not in outcome.error and not outcome.node_names
+    domain = DebugViews(svc).claim("default", "pg-domain")
+    assert domain is not None and domain["status"]["allocation"]
+
+
+async def test_a_group_claim_is_kept_while_a_member_is_placed() -> None:
+    objects = stuck_in_r2([GROUP_CONSUMER])
+    bound = next(o for o in objects if o["kind"] == "Pod" and o["metadata"]["name"] == "m1")
+    bound["spec"]["nodeName"] = "n3"
+    svc = service(objects)
+    # n3 is offered no more (kube-scheduler's own filters): m0 fits nowhere in r2, and would in r1
+    outcome = await svc.filter_and_recover(fabric_member(0), ["n4", "n1", "n2"])
+    assert "deallocation" not in outcome.error and not outcome.node_names
+    domain = DebugViews(svc).claim("default", "pg-domain")
+    assert domain is not None and domain["status"]["allocation"]

@@ -151,6 +151,8 @@ class GangFilter:
         # have been answered from it
         self._infeasible: dict[str, tuple[tuple[object, ...], str]] = {}
         self._repeats: dict[str, int] = {}
+        #: Group -> its claims a filter decided to free, until the service has written it.
+        self.releases: dict[str, list[ResourceClaim]] = {}
 
     # --- the verb --------------------------------------------------------------------------
 
@@ -249,6 +251,16 @@ class GangFilter:
             # those answers may have ended kube-scheduler's last pass rather than begun this one
             carried, pinned = {}, {}
             planned = self._plan(group, resolved, members.need, nodes, pinned, self._placed_nodes(members))
+        if isinstance(planned.plan, GangInfeasible) and (stuck := self._stuck_group_claims(group, members, resolved)):
+            freed = [claim.key for claim in stuck]
+            again = self._plan(group, self._freed(resolved, freed), members.need, nodes, {}, freed=freed)
+            if isinstance(again.plan, GangPlan):
+                # the group's claim is allocated where the gang cannot go, and nobody uses it: free
+                # it (the service writes it, ``take_releases``) and plan afresh at the next pass
+                self.releases[group.key] = stuck
+                reason = f"deallocation of ResourceClaim {stuck[0].key} requested for gang {group.key}"
+                released = GangPass(group.key, self.clock(), None, reason, back_off=True)
+                return self._replace(group, released, resolved, nodes, expected, {})
         if isinstance(planned.plan, GangInfeasible):
             reason = self._reason(group, members, planned)
             self._infeasible[group.key] = (inputs, reason)
@@ -266,6 +278,49 @@ class GangFilter:
         for table in (self._infeasible, self._repeats):
             for key in [key for key in table if key not in self.store.pod_groups]:
                 del table[key]
+
+    @staticmethod
+    def _stuck_group_claims(
+        group: PodGroup, members: GangMembers, resolved: list[tuple[str, PodClaims, GangMember]]
+    ) -> list[ResourceClaim]:
+        """The group's allocated claims that nobody but the group itself uses while none of its
+        members is placed (spec F7: upstream's resourceclaim controller keeps them allocated until
+        the PodGroup goes; its PostFilter frees them when a member fails and none is scheduled)."""
+        if members.placed:
+            return []
+        stuck: dict[str, ResourceClaim] = {}
+        for _, claims, _ in resolved:
+            for claim in claims.allocated:
+                if claim.key in claims.group_claims and all(ref.uid == group.uid for ref in claim.reserved_for):
+                    stuck.setdefault(claim.key, claim)
+        return [stuck[key] for key in sorted(stuck)]
+
+    def _freed(
+        self, resolved: list[tuple[str, PodClaims, GangMember]], keys: Sequence[str]
+    ) -> list[tuple[str, PodClaims, GangMember]]:
+        """The members with the group's claims ``keys`` as if not allocated yet."""
+        out = []
+        for uid, claims, member in resolved:
+            freed = [
+                dataclasses.replace(c, allocation=None, reserved_for=()) for c in claims.allocated if c.key in keys
+            ]
+            if freed:
+                claims = dataclasses.replace(
+                    claims,
+                    allocated=[c for c in claims.allocated if c.key not in keys],
+                    to_allocate=[*claims.to_allocate, *freed],
+                )
+                member = self._member(member.key, claims)
+            out.append((uid, claims, member))
+        return out
+
+    def take_releases(self, pod: Mapping[str, Any]) -> tuple[str, list[ResourceClaim]]:
+        """The group claims the pod's filter decided to free (``_stuck_group_claims``), once: the
+        service deallocates them (a write the synchronous filter cannot make)."""
+        group = self.gangs.group_of(pod)
+        if group is None or not self.releases:
+            return "", []
+        return group.key, self.releases.pop(group.key, [])
 
     def _drop(self, group_key: str) -> None:
         """Forget the group's open pass and give back its holds."""
@@ -326,6 +381,7 @@ class GangFilter:
         nodes: Sequence[NodeInfo],
         pinned: Mapping[str, frozenset[str]],
         placed_nodes: Sequence[str] = (),
+        freed: Sequence[str] = (),
     ) -> _Planned:
         """The planner's answer over the cluster as it is, without this gang's own holds, within
         one domain of the group's topology key when it has one (``_domains``); the event loop runs
@@ -336,6 +392,7 @@ class GangFilter:
         # created since) are theirs to plan with
         own = [c.key for _, claims, _ in resolved for c in claims.to_allocate if c.key not in claims.group_claims]
         own += [entry.claim_key for uid, _, _ in resolved for entry in self.cluster.ledger.holds_of(uid)]
+        own += freed  # the group's claims planned as if they were not allocated (``_stuck_group_claims``)
         members = [
             (uid, claims, GangMember(m.key, m.claims, m.preallocated, m.shape, pinned.get(uid)))
             for uid, claims, m in resolved
