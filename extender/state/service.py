@@ -34,7 +34,7 @@ from extender.state.bind.conditions import (
 )
 from extender.state.cache.cluster import ClusterView
 from extender.state.cache.ledger import InFlightLedger
-from extender.state.cache.pods import pod_group_name, pod_uid
+from extender.state.cache.pods import pod_group_name, pod_identity, pod_uid
 from extender.state.classic import ClassicNegotiator
 from extender.state.filter.attempt import Attempt, Attempts
 from extender.state.filter.gangs import DEFAULT_GANG_HOLD_SECONDS, DEFAULT_GANG_RETRY_BACKOFF, GangFilter
@@ -271,11 +271,25 @@ class SchedulingService:
         A problem answers no node (no preemption this time) with ``error``."""
         if not self.backend.synced:
             return PreemptOutcome({}, error=NOT_SYNCED)
+        if self._gang_member_waiting(pod):
+            # kube-scheduler (workload-aware preemption off) preempts for one member at a time:
+            # evictions for a gang that may still not fit (KEP-5710: all or nothing). No node
+            # is answered, so none is preempted for (spec/workloads-and-gangs.md §7.8).
+            namespace, name, _ = pod_identity(pod)
+            log.info("preempt.gang_member", pod=f"{namespace}/{name}", group=pod_group_name(pod))
+            return PreemptOutcome({})
         try:
             claims = self.cluster.claims(self.cluster.pod(pod))
         except ExtenderError as exc:
             return PreemptOutcome({}, error=exc.reason)
         return PreemptOutcome(await self.preempt_verb.decide(claims, victims))
+
+    def _gang_member_waiting(self, pod: Mapping[str, Any]) -> bool:
+        """Whether the pod is a member of a gang that still needs members placed."""
+        if not pod_group_name(pod) or not self.gangs.enabled:
+            return False
+        group = self.gangs.group_of(pod)
+        return group is not None and group.gang and self.gangs.members(group).need > 0
 
     async def bind(self, namespace: str, name: str, uid: str, node_name: str) -> None:
         """The bind verb (``bind/binder.py``): raises the ExtenderError its ``Error`` answers."""

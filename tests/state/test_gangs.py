@@ -754,3 +754,18 @@ async def test_a_group_claim_is_kept_while_a_member_is_placed() -> None:
     assert "deallocation" not in outcome.error and not outcome.node_names
     domain = DebugViews(svc).claim("default", "pg-domain")
     assert domain is not None and domain["status"]["allocation"]
+
+
+async def test_the_preempt_verb_evicts_nothing_for_one_member_of_a_gang() -> None:
+    """kube-scheduler's per-member preemption (workload-aware preemption off) would evict for one
+    member of a gang that may still not fit (KEP-5710: all or nothing): no node is answered. A pod
+    of no group is answered as before."""
+    from extender.state.preemption.verb import NodeVictims
+
+    objects = two_member_gang()
+    objects += [gpu_claim("solo", 2), pod("solo", "solo")]
+    svc = service(objects)
+    victims = {"node-1": NodeVictims(("uid-victim",))}
+    outcome = await svc.preempt(member("m0", "pg", "c0"), victims)
+    assert outcome.victims == {} and not outcome.error
+    assert (await svc.preempt(pod("solo", "solo"), victims)).victims == victims
