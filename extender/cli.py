@@ -465,9 +465,10 @@ def _serve(args: argparse.Namespace) -> int:
     from extender.backends.base import Backend
     from extender.backends.embedded import EmbeddedBackend
     from extender.server.app import create_app, run
-    from extender.state.service import SchedulingService
+    from extender.state.service import SchedulingService, check_gang_barrier
 
     try:
+        check_gang_barrier(args.gang_barrier_seconds, args.bind_deadline_seconds)
         paths = _cluster_paths(args)
         host, port = args.listen
         settings = ServerSettings(

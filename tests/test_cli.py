@@ -67,3 +67,8 @@ def test_allocate_names_the_pods_that_would_have_to_go(capsys: pytest.CaptureFix
     assert node["victims"] == [{"pod": "default/batch-1", "priority": 100}]
     assert main(["allocate", cluster, "--claim", "urgent-gpu", "--priority", "100"]) == 1
     assert "preemption: no set of lower-priority pods frees enough devices" in capsys.readouterr().out
+
+
+def test_a_gang_barrier_longer_than_a_binds_writes_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["serve", "--demo", "--gang-barrier-seconds", "20"]) == 2
+    assert "--gang-barrier-seconds (20) must be below a bind's time for its writes (20 s" in capsys.readouterr().err

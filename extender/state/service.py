@@ -25,7 +25,13 @@ from extender.core.scoring import ScoringPolicy
 from extender.state import cooperative
 from extender.state.backend import Backend
 from extender.state.bind.barrier import DEFAULT_GANG_BARRIER_SECONDS, GangBarrier
-from extender.state.bind.binder import DEFAULT_BIND_DEADLINE_SECONDS, DEFAULT_CLAIM_WAIT_SECONDS, Binder, ledger_ttl
+from extender.state.bind.binder import (
+    DEFAULT_BIND_DEADLINE_SECONDS,
+    DEFAULT_CLAIM_WAIT_SECONDS,
+    Binder,
+    ledger_ttl,
+    rollback_reserve,
+)
 from extender.state.bind.claim_writes import DELETE_PROTECTION_FINALIZER, deallocate
 from extender.state.bind.conditions import (
     DEFAULT_BINDING_TIMEOUT_SECONDS,
@@ -57,12 +63,24 @@ __all__ = [
     "FilterOutcome",
     "SchedulingService",
     "ServiceStats",
+    "check_gang_barrier",
 ]
 
 #: How long the start-up warm-up works before it lets the event loop run (``warm_up``).
 WARM_UP_SLICE_SECONDS = 0.005
 
 log = structlog.get_logger()
+
+
+def check_gang_barrier(barrier_seconds: float, bind_deadline_seconds: float) -> None:
+    """ValueError unless the gang barrier's wait leaves a bind time for its writes: a member that
+    never comes would otherwise run every member of its gang into the bind's deadline."""
+    window = bind_deadline_seconds - rollback_reserve(bind_deadline_seconds)
+    if barrier_seconds >= window:
+        raise ValueError(
+            f"--gang-barrier-seconds ({barrier_seconds:g}) must be below a bind's time for its writes "
+            f"({window:g} s: --bind-deadline-seconds less its rollback reserve)"
+        )
 
 
 class SchedulingService:
@@ -101,6 +119,7 @@ class SchedulingService:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        check_gang_barrier(gang_barrier_seconds, bind_deadline_seconds)
         self.backend = backend
         self.store = backend.store
         if ledger is None:

@@ -669,7 +669,7 @@ async def test_a_member_whose_bind_never_comes_is_left_out_after_the_wait() -> N
     await svc.bind("default", "m0", "uid-m0", chosen["m0"])  # m1's bind never comes
     assert DebugViews(svc).pod("default", "m0")["spec"]["nodeName"] == chosen["m0"]  # type: ignore[index]
     assert svc.stats.gang_barrier == {"partial": 1, "opened": 1}
-    assert svc.binder.barrier is not None and not svc.binder.barrier.rounds
+    assert svc.binder.barrier is not None and svc.binder.barrier.rounds["default/pg"].over
     await svc.bind("default", "m1", "uid-m1", chosen["m1"])  # a straggler binds alone
     assert DebugViews(svc).pod("default", "m1")["spec"]["nodeName"] == chosen["m1"]  # type: ignore[index]
 
@@ -769,3 +769,34 @@ async def test_the_preempt_verb_evicts_nothing_for_one_member_of_a_gang() -> Non
     outcome = await svc.preempt(member("m0", "pg", "c0"), victims)
     assert outcome.victims == {} and not outcome.error
     assert (await svc.preempt(pod("solo", "solo"), victims)).victims == victims
+
+
+async def test_a_member_whose_bind_comes_after_another_failed_is_not_bound_alone() -> None:
+    """The first member's bind fails at its decision (no API call: it is over before the next
+    bind comes); the second member of the same pass fails at once rather than being bound alone."""
+    svc = service(two_member_gang())
+    chosen = {f"m{i}": svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]).node_names[0] for i in range(2)}
+    with pytest.raises(ExtenderError):
+        await svc.bind("default", "m0", "uid-m0", chosen["m1"])  # m1's devices are held there
+    with pytest.raises(ExtenderError, match="no member is bound because the bind of m0 failed"):
+        await svc.bind("default", "m1", "uid-m1", chosen["m1"])
+    views = DebugViews(svc)
+    assert not any(views.pod("default", f"m{i}")["spec"].get("nodeName") for i in range(2))  # type: ignore[index]
+    assert svc.backend.faults.calls["update_claim"] == 0  # type: ignore[attr-defined]
+    assert svc.stats.gang_barrier == {"aborted": 1}
+
+
+async def test_three_members_bind_together_and_the_round_counts_once() -> None:
+    objects = cluster(
+        pod_group("pg", 3),
+        *(gpu_claim(f"c{i}", 2) for i in range(3)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(3)),
+        nodes=3,
+        gpus=2,
+    )
+    svc = service(objects)
+    chosen = {f"m{i}": svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES).node_names[0] for i in range(3)}
+    await asyncio.gather(*(svc.bind("default", name, f"uid-{name}", node) for name, node in chosen.items()))
+    views = DebugViews(svc)
+    assert {views.pod("default", name)["spec"]["nodeName"] for name in chosen} == set(NODES)  # type: ignore[index]
+    assert svc.stats.gang_barrier == {"opened": 1}

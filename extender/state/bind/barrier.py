@@ -39,8 +39,12 @@ __all__ = ["DEFAULT_GANG_BARRIER_SECONDS", "GangAborted", "GangBarrier", "GangRo
 #: other, spec E5a); well inside a bind's deadline, so the writes still fit after it.
 DEFAULT_GANG_BARRIER_SECONDS = 3.0
 
-#: ``(group key, member UIDs)`` of a pod's round, or None when the pod binds alone.
-MembersOf = Callable[[Mapping[str, Any]], "tuple[str, frozenset[str]] | None"]
+#: Rounds kept (one per group) before those over are dropped.
+MAX_ROUNDS = 256
+
+#: ``(group key, pass, member UIDs)`` of a pod's round (``pass`` tells the gang's passes apart), or
+#: None when the pod binds alone.
+MembersOf = Callable[[Mapping[str, Any]], "tuple[str, int, frozenset[str]] | None"]
 
 
 class GangAborted(Transient):
@@ -52,6 +56,8 @@ class GangRound:
     """The binds of one pass of a gang, from the first one's arrival to the last one's end."""
 
     group: str
+    #: The gang's pass the round's members were placed in.
+    pass_id: int
     #: The members the pass placed; narrowed to those that came once the round closes.
     members: frozenset[str]
     #: Loop time by which members must have come.
@@ -62,7 +68,7 @@ class GangRound:
     written: set[str] = field(default_factory=set)
     left: set[str] = field(default_factory=set)
     closed: bool = False
-    #: ``"<member>: <reason>"`` of the first failure before the gate opened.
+    #: ``"<member> failed: <reason>"`` of the first failure before the gate opened.
     failure: str | None = None
     #: Every member wrote its claims: the bindings go out; later failures are the member's own.
     opened: bool = False
@@ -74,6 +80,11 @@ class GangRound:
         if self.joined >= self.members:
             self._close()
 
+    def check(self) -> None:
+        """Raise ``GangAborted`` if another member has failed already (nothing to write then)."""
+        if self.failure is not None:
+            raise GangAborted(f"gang {self.group}: no member is bound because the bind of {self.failure}")
+
     async def gate(self, uid: str) -> None:
         """``uid`` has written its claims: wait until every member has (then return) or one has
         failed (then raise ``GangAborted``). The caller's own deadline bounds the wait."""
@@ -84,8 +95,7 @@ class GangRound:
         try:
             while True:
                 self._settle()
-                if self.failure is not None:
-                    raise GangAborted(f"gang {self.group}: no member is bound because the bind of {self.failure}")
+                self.check()
                 if self.opened:
                     return
                 event.clear()
@@ -100,7 +110,8 @@ class GangRound:
             self._wake.remove(event)
 
     def fail(self, uid: str, reason: str) -> None:
-        """``uid``'s bind failed: before the gate opened, every member gives up."""
+        """``uid``'s bind failed: before the gate opened, every member gives up (and so does any
+        member of the pass that comes later)."""
         if self.opened or self.failure is not None:
             return
         self.failure = f"{self.names.get(uid, uid)} failed: {reason}"
@@ -115,9 +126,16 @@ class GangRound:
         self.left.add(uid)
         self._notify()
 
+    def expire(self, now: float) -> None:
+        """Past ``closes_at``: members that have not come take no part any more."""
+        if now >= self.closes_at:
+            self._close()
+            self._settle()
+
     @property
     def over(self) -> bool:
-        return self.left >= self.joined and (self.closed or self.failure is not None or self.opened)
+        """Every member that came has left, and none may come any more."""
+        return self.left >= self.joined and self.closed
 
     def _close(self) -> None:
         if not self.closed:
@@ -139,7 +157,11 @@ class GangRound:
 
 
 class GangBarrier:
-    """The open rounds, by group (see the module docstring). ``wait_seconds`` 0 switches it off."""
+    """The rounds, by group (see the module docstring). ``wait_seconds`` 0 switches it off.
+
+    A group's round stays after its members have left, until its gang's next pass: a member of the
+    pass that comes later then learns what became of it (failed: it fails at once; gone on
+    without it: it binds alone, without waiting again)."""
 
     def __init__(self, members_of: MembersOf, stats: ServiceStats, *, wait_seconds: float) -> None:
         if wait_seconds < 0:
@@ -151,30 +173,36 @@ class GangBarrier:
 
     def join(self, pod: Mapping[str, Any]) -> GangRound | None:
         """The round the pod's bind takes part in, or None (no gang, a gang of one, the barrier off,
-        or a straggler whose round went on without it)."""
+        or a straggler whose round went on without it). A round that failed is returned to a member
+        of its pass that comes late: ``GangRound.check`` then fails its bind."""
         if not self.wait_seconds:
             return None
         found = self.members_of(pod)
         if found is None:
             return None
-        group, members = found
+        group, pass_id, members = found
         _, name, uid = pod_identity(pod)
+        now = asyncio.get_running_loop().time()
+        if len(self.rounds) > MAX_ROUNDS:  # groups long gone
+            for key in [key for key, kept in self.rounds.items() if kept.over]:
+                del self.rounds[key]
         current = self.rounds.get(group)
-        if current is not None and current.over:
-            del self.rounds[group]
-            current = None
+        if current is not None and current.pass_id != pass_id:
+            current = None  # the gang's next pass: a round of its own
         if current is None:
             if uid not in members or len(members) < 2:
                 return None
-            closes_at = asyncio.get_running_loop().time() + self.wait_seconds
-            current = self.rounds[group] = GangRound(group, members, closes_at, self.stats)
-        elif current.closed or uid not in current.members or uid in current.joined:
+            current = self.rounds[group] = GangRound(group, pass_id, members, now + self.wait_seconds, self.stats)
+        current.expire(now)
+        if current.failure is not None:
+            current.join(uid, name)  # to fail at once
+            return current
+        if current.closed or uid not in current.members or uid in current.joined:
             return None
         current.join(uid, name)
         return current
 
-    def finished(self, gang_round: GangRound, uid: str) -> None:
-        """The member's bind is over, however it ended; the round goes once all of its are."""
+    @staticmethod
+    def finished(gang_round: GangRound, uid: str) -> None:
+        """The member's bind is over, however it ended (the round stays: see the class)."""
         gang_round.leave(uid)
-        if gang_round.over and self.rounds.get(gang_round.group) is gang_round:
-            del self.rounds[gang_round.group]

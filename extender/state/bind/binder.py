@@ -52,7 +52,7 @@ from extender.core.extended import CANNOT_FIT_RESOURCE
 from extender.core.model import AllocationResult, ResourceClaim
 from extender.core.podgroups import POD_GROUP_CONSUMER
 from extender.state import cooperative
-from extender.state.bind.barrier import GangBarrier
+from extender.state.bind.barrier import GangBarrier, GangRound
 from extender.state.bind.claim_writes import Written, roll_back, write_allocation, write_reservation
 from extender.state.bind.conditions import (
     DEFAULT_BINDING_WAIT_SECONDS,
@@ -213,6 +213,8 @@ class Binder:
                 await gang.gate(actual_uid)
 
         try:
+            if gang is not None:
+                gang.check()  # a member of the pass failed already: nothing to write
             for key, lock in self._group_claim_locks_of(pod):
                 await lock.acquire()  # one bind at a time allocates a group's claim; the next sees it
                 held[key] = lock
@@ -232,7 +234,7 @@ class Binder:
                     decision = await self._with_created_claims(decision, writes_by)
                 if decision.claims.classic:
                     decision = await self._with_classic_allocated(decision, writes_by)
-                await self._write(decision, writes_by, deadline, before_binding)
+                await self._write(decision, writes_by, deadline, before_binding, gang)
             except asyncio.CancelledError:
                 # What reached the API is unknown: the entries keep the devices taken until the
                 # store shows the claims (reconcile) or their TTL ends.
@@ -273,6 +275,7 @@ class Binder:
                     or entry is None
                     or entry.tentative
                     or entry.pod_uid == uid
+                    or entry.pod_uid not in self.binding  # that bind is over: its write failed or was cut
                 ):
                     return
                 remaining = until - self.clock()
@@ -529,6 +532,7 @@ class Binder:
         writes_by: float,
         deadline: float,
         before_binding: Callable[[], Awaitable[None]] | None = None,
+        gang: GangRound | None = None,
     ) -> None:
         """The claim writes, then ``before_binding`` (the gang's bind barrier), then the binding,
         all before ``writes_by``; on failure exactly what
@@ -596,7 +600,9 @@ class Binder:
             except BindingConditionsPending:
                 keep_writes = True  # the allocation waits for the devices; the next attempt binds
                 raise
-        except Exception:
+        except Exception as exc:
+            if gang is not None:  # the other members give up now, not after this rollback
+                gang.fail(uid, exc.reason if isinstance(exc, ExtenderError) else type(exc).__name__)
             if not keep_writes:
                 await self._roll_back(written, uid, deadline)
                 for record_ in written:

@@ -93,6 +93,8 @@ class GangPass:
     #: Member UID -> pod key, for the plan's placements (which name members by key).
     keys: dict[str, str] = field(default_factory=dict)
     plans: int = 1
+    #: Tells the group's passes apart (the bind barrier's rounds: one per pass).
+    serial: int = 0
     #: The nodes the pass plans over (the first member's offered nodes; a re-plan adds others').
     nodes: list[NodeInfo] = field(default_factory=list)
     #: Every waiting member's UID when the pass started, those that take no part included.
@@ -151,6 +153,7 @@ class GangFilter:
         # have been answered from it
         self._infeasible: dict[str, tuple[tuple[object, ...], str]] = {}
         self._repeats: dict[str, int] = {}
+        self._serial = 0
         #: Group -> its claims a filter decided to free, until the service has written it.
         self.releases: dict[str, list[ResourceClaim]] = {}
 
@@ -519,6 +522,8 @@ class GangFilter:
         new.nodes, new.expected = nodes, expected
         new.answered.update(carried)
         new.carried = set(carried)
+        self._serial += 1
+        new.serial = self._serial
         self.passes[group.key] = new
         self._hold(new)
         return new
@@ -657,9 +662,9 @@ class GangFilter:
 
     # --- the binds --------------------------------------------------------------------------
 
-    def bind_members(self, pod: Mapping[str, Any]) -> tuple[str, frozenset[str]] | None:
-        """For the bind barrier (``bind/barrier.py``): the pod's group and the members its open
-        pass answered with a node and that are not bound yet (the pods kube-scheduler binds
+    def bind_members(self, pod: Mapping[str, Any]) -> tuple[str, int, frozenset[str]] | None:
+        """For the bind barrier (``bind/barrier.py``): the pod's group, its open pass and the
+        members that pass answered with a node and that are not bound yet (the pods kube-scheduler binds
         together), when the pod is one of them; else None."""
         if not pod_group_name(pod):
             return None
@@ -674,7 +679,7 @@ class GangFilter:
                 members.append(uid)
         if pod_uid(pod) not in members:
             return None
-        return open_pass.group, frozenset(members)
+        return open_pass.group, open_pass.serial, frozenset(members)
 
     # --- introspection ---------------------------------------------------------------------
 
