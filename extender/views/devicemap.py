@@ -1031,6 +1031,7 @@ class DeviceMap:
                 {
                     "claim": h.claim,
                     "pods": list(h.pods),
+                    **({"podGroups": list(h.groups)} if h.groups else {}),
                     "request": h.request,
                     "adminAccess": h.admin_access,
                     "state": h.kind,

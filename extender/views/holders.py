@@ -36,6 +36,9 @@ class Holder:
     #: An allocated device's binding conditions not met yet (KEP-5007): its pod is not bound until
     #: they are.
     waiting: tuple[str, ...] = ()
+    #: The PodGroups (``namespace/name``) the claim is reserved for (KEP-5729: a group's claim is
+    #: reserved for the group, not for its pods).
+    groups: tuple[str, ...] = ()
 
     @property
     def takes(self) -> bool:
@@ -52,11 +55,13 @@ def claim_holders(claim: ResourceClaim, raw: Mapping[str, Any]) -> list[tuple[De
     if claim.allocation is None:
         return []
     pods = tuple(f"{claim.namespace}/{ref.name}" for ref in claim.reserved_for if ref.resource == "pods")
+    groups = tuple(f"{claim.namespace}/{ref.name}" for ref in claim.reserved_for if ref.resource == "podgroups")
     out: list[tuple[DeviceID, Holder]] = []
     for result in claim.allocation.devices:
         waiting = waiting_for(result, raw)
         kind = "binding" if waiting else "allocated"
-        out.append((result.device_id, Holder(claim.key, pods, result.request, result.admin_access, kind, waiting)))
+        holder = Holder(claim.key, pods, result.request, result.admin_access, kind, waiting, groups)
+        out.append((result.device_id, holder))
     return out
 
 

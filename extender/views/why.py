@@ -431,11 +431,14 @@ def _request_suggestions(
         for holder_list in held.values():
             for holder in holder_list:
                 by_claim[holder] = by_claim.get(holder, 0) + 1
-        entries: list[dict[str, Any]] = [
-            {"claim": key, "devices": count, "pods": _pods_of(views, key)} for key, count in by_claim.items()
-        ]
+        entries: list[dict[str, Any]] = []
+        for key, count in by_claim.items():
+            entry: dict[str, Any] = {"claim": key, "devices": count, "pods": _consumers_of(views, key, "pods")}
+            if groups := _consumers_of(views, key, "podgroups"):
+                entry["podGroups"] = groups
+            entries.append(entry)
         entries.sort(key=lambda e: (-e["devices"], e["claim"]))
-        text = ", ".join(f"{e['claim']}" + (f" (pod {', '.join(e['pods'])})" if e["pods"] else "") for e in entries[:5])
+        text = ", ".join(f"{e['claim']}{_held_for(e)}" for e in entries[:5])
         message = f"on {node}, free {short} more matching device(s) for {where}"
         out.append(
             {
@@ -597,11 +600,21 @@ def _held_matching(
     return held
 
 
-def _pods_of(views: DebugViews, claim_key: str) -> list[str]:
+def _consumers_of(views: DebugViews, claim_key: str, resource: str) -> list[str]:
+    """``namespace/name`` of the claim's consumers of one kind (``pods``, ``podgroups``)."""
     claim = views.store.claims.get(claim_key)
     if claim is None:
         return []
-    return [f"{claim.namespace}/{ref.name}" for ref in claim.reserved_for if ref.resource == "pods"]
+    return [f"{claim.namespace}/{ref.name}" for ref in claim.reserved_for if ref.resource == resource]
+
+
+def _held_for(entry: Mapping[str, Any]) -> str:
+    """`` (pod a, b)`` / `` (pod group g)`` after a claim in a reason, or nothing."""
+    if entry["pods"]:
+        return f" (pod {', '.join(entry['pods'])})"
+    if entry.get("podGroups"):
+        return f" (pod group {', '.join(entry['podGroups'])})"
+    return ""
 
 
 def _bound_claims(views: DebugViews, pod: Mapping[str, Any]) -> list[str]:

@@ -800,3 +800,19 @@ async def test_three_members_bind_together_and_the_round_counts_once() -> None:
     views = DebugViews(svc)
     assert {views.pod("default", name)["spec"]["nodeName"] for name in chosen} == set(NODES)  # type: ignore[index]
     assert svc.stats.gang_barrier == {"opened": 1}
+
+
+def test_why_and_the_device_map_name_the_pod_group_a_device_is_reserved_for() -> None:
+    from extender.views.devicemap import DeviceMap
+    from extender.views.why import why
+
+    objects = stuck_in_r2([GROUP_CONSUMER])
+    objects += [claim("other-fabric", 1, cls="fabric"), pod("other", "other-fabric")]
+    svc = service(objects)
+    doc = why(DebugViews(svc), pod("other", "other-fabric"), ["n3"])
+    messages = [s["message"] for s in doc["suggestions"]]
+    assert any("held by default/pg-domain (pod group default/pg)" in m for m in messages), messages
+    detail = DeviceMap(svc.cluster, svc.stats, DebugViews(svc)).node("n3")
+    assert detail is not None
+    held = [c for d in detail["devices"] for c in d["claims"] if c["claim"] == "default/pg-domain"]
+    assert held and held[0]["podGroups"] == ["default/pg"] and held[0]["pods"] == []
