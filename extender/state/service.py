@@ -119,7 +119,6 @@ class SchedulingService:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        check_gang_barrier(gang_barrier_seconds, bind_deadline_seconds)
         self.backend = backend
         self.store = backend.store
         if ledger is None:
