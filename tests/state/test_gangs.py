@@ -816,3 +816,28 @@ def test_why_and_the_device_map_name_the_pod_group_a_device_is_reserved_for() ->
     assert detail is not None
     held = [c for d in detail["devices"] for c in d["claims"] if c["claim"] == "default/pg-domain"]
     assert held and held[0]["podGroups"] == ["default/pg"] and held[0]["pods"] == []
+
+
+def test_a_plan_leaves_alone_the_devices_nominated_for_a_preemptor_of_higher_priority() -> None:
+    from extender.state.cache.nominations import Nomination
+
+    objects = cluster(
+        pod_group("pg", 2),
+        *(gpu_claim(f"c{i}", 2) for i in range(2)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(2)),
+        nodes=3,
+        gpus=2,
+    )
+    svc = service(objects)
+    nominations = svc.cluster.nominations
+    held = tuple(
+        DeviceResult(request="gpus", driver="gpu.example.com", pool="node-1", device=f"gpu-{i}") for i in (0, 1)
+    )
+    nominations.add(
+        Nomination(
+            pod_key="default/urgent", pod_uid="uid-urgent", priority=100, node="node-1",
+            results=(AllocationResult(devices=held),), victims=(), freed=frozenset(), expires=nominations.clock() + 60,
+        )
+    )  # fmt: skip
+    chosen = {svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES).node_names[0] for i in range(2)}
+    assert chosen == {"node-2", "node-3"}

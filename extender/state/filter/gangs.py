@@ -43,7 +43,7 @@ import structlog
 from extender.core.budget import DEFAULT_SLICE_SECONDS
 from extender.core.errors import ExtenderError
 from extender.core.gangplan import DEFAULT_MAX_CHECKS, GangInfeasible, GangMember, GangPlan, GangPlanner
-from extender.core.model import NodeInfo, ResourceClaim
+from extender.core.model import AllocatedState, NodeInfo, ResourceClaim
 from extender.core.podgroups import PodGroup
 from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
@@ -400,10 +400,11 @@ class GangFilter:
             (uid, claims, GangMember(m.key, m.claims, m.preallocated, m.shape, pinned.get(uid)))
             for uid, claims, m in resolved
         ]
+        priority = min((claims.priority for _, claims, _ in resolved), default=0)
         planner = GangPlanner(
             classes=store.classes,
             snapshot=store.snapshot(),
-            allocated=store.in_use_without(own),
+            allocated=self._base(own, priority),
             features=self.cluster.features,
             selectors=store.selectors,
             max_checks=self.max_checks,
@@ -440,7 +441,7 @@ class GangFilter:
         moved = before != (self.store.revision, self.cluster.ledger.changes)
         if isinstance(answer, GangPlan) and moved:
             planner.pace = None  # from here on nothing can change under the plan
-            planner.rebase(store.in_use_without(own))
+            planner.rebase(self._base(own, priority))
             if not self._still_fits(planner, answer, [m for _, _, m in members], store.node):
                 # a bind or a hold took some of the plan's devices (or counters) while the search
                 # let others run: plan again in the same domain, without pausing
@@ -457,6 +458,15 @@ class GangFilter:
         else:
             log.info("gang.infeasible", group=group.key, fit=answer.best, checks=answer.checks, outcome=outcome)
         return _Planned(answer, members, domain, tried)
+
+    def _base(self, own: Sequence[str], priority: int) -> AllocatedState:
+        """What a plan must leave alone: everything in use but the gang's own claims and holds,
+        and the devices nominated for a preemptor of the gang's priority or more (the lowest of its
+        members': a member of lower priority may not take them, as its own bind would not)."""
+        base = self.store.in_use_without(own)
+        if self.cluster.nominations:
+            base = self.cluster.nominations.hold(base, "", priority)
+        return base
 
     @staticmethod
     def _still_fits(
