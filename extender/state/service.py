@@ -191,6 +191,7 @@ class SchedulingService:
         """Filter without PostFilter (``filter_and_recover`` is the verb)."""
         gang = self.gang_filter.filter(pod, node_names) if pod_group_name(pod) and self.gangs.enabled else None
         if gang is not None:
+            self.gang_filter.take_releases(pod)  # no writes here (``filter_and_recover`` makes them)
             return gang
         return self._decide_and_apply(pod, node_names).outcome
 
@@ -218,10 +219,14 @@ class SchedulingService:
         except ExtenderError as exc:
             return FilterOutcome([], error=f"claim {stuck[0].key} must be deallocated, but {exc.reason}")
         for claim in stuck:
-            # reserved for the group alone (or nobody); a consumer added meanwhile stops the write
+            pod_group = self.store.pod_groups.get(group)
+            if pod_group is not None and self.gangs.members(pod_group).placed:
+                return FilterOutcome([], error=f"gang {group}: a member is being bound; claim {claim.key} is kept")
+            # reserved for the group alone (or nobody); a consumer added, or another allocation
+            # made, meanwhile stops the write
             consumer = claim.reserved_for[0].uid if claim.reserved_for else ""
             try:
-                await deallocate(self.backend, claim, consumer)
+                await deallocate(self.backend, claim, consumer, expected=claim)
             except ExtenderError as exc:
                 log.warning("gang.deallocation_failed", claim=claim.key, reason=exc.reason)
                 return FilterOutcome([], error=f"claim {claim.key} must be deallocated, but {exc.reason}")

@@ -835,9 +835,60 @@ def test_a_plan_leaves_alone_the_devices_nominated_for_a_preemptor_of_higher_pri
     )
     nominations.add(
         Nomination(
-            pod_key="default/urgent", pod_uid="uid-urgent", priority=100, node="node-1",
+            pod_key="default/urgent", pod_uid="uid-urgent", priority=0, node="node-1",
             results=(AllocationResult(devices=held),), victims=(), freed=frozenset(), expires=nominations.clock() + 60,
         )
     )  # fmt: skip
     chosen = {svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES).node_names[0] for i in range(2)}
-    assert chosen == {"node-2", "node-3"}
+    assert chosen == {"node-2", "node-3"}  # equal priority: the preemptor's (as a member's bind)
+
+
+def test_a_members_own_nomination_does_not_keep_its_gang_out() -> None:
+    from extender.state.cache.nominations import Nomination
+
+    objects = cluster(
+        pod_group("pg", 2),
+        *(gpu_claim(f"c{i}", 2) for i in range(2)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(2)),
+        nodes=2,
+        gpus=2,
+    )
+    svc = service(objects)
+    nominations = svc.cluster.nominations
+    held = tuple(
+        DeviceResult(request="gpus", driver="gpu.example.com", pool="node-1", device=f"gpu-{i}") for i in (0, 1)
+    )
+    nominations.add(
+        Nomination(
+            pod_key="default/m0", pod_uid="uid-m0", priority=0, node="node-1",
+            results=(AllocationResult(devices=held),), victims=(), freed=frozenset(), expires=nominations.clock() + 60,
+        )
+    )  # fmt: skip
+    chosen = {svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]).node_names[0] for i in range(2)}
+    assert chosen == {"node-1", "node-2"}
+
+
+async def test_a_group_claim_is_not_freed_when_the_gang_would_not_fit_anyway() -> None:
+    svc = service(stuck_in_r2([GROUP_CONSUMER]))
+    outcome = await svc.filter_and_recover(fabric_member(0), ["n3", "n4"])  # r1 is not offered
+    assert "deallocation" not in outcome.error and not outcome.node_names
+    domain = DebugViews(svc).claim("default", "pg-domain")
+    assert domain is not None and domain["status"]["allocation"]
+
+
+async def test_the_release_of_a_group_claim_is_refused_once_the_claim_was_allocated_anew() -> None:
+    from extender.core.model import ResourceClaim
+    from extender.state.bind.claim_writes import deallocate
+
+    svc = service(stuck_in_r2([GROUP_CONSUMER]))
+    seen = svc.store.claims["default/pg-domain"]
+    assert seen.allocation is not None
+    other = DeviceResult(request="gpus", driver="fabric.example.com", pool="fabric-r1", device="domain-r1")
+    stale = ResourceClaim(
+        namespace=seen.namespace, name=seen.name, uid=seen.uid, allocation=AllocationResult(devices=(other,))
+    )
+    with pytest.raises(ExtenderError, match="allocated anew"):
+        await deallocate(svc.backend, seen, "uid-pg", expected=stale)
+    await deallocate(svc.backend, seen, "uid-pg", expected=seen)
+    domain = DebugViews(svc).claim("default", "pg-domain")
+    assert domain is not None and not domain["status"].get("allocation")

@@ -291,14 +291,19 @@ async def delete_claim(backend: Backend, raw: dict[str, Any]) -> None:
     await backend.remove_claim(str(meta.get("namespace") or "default"), str(meta.get("name")), str(meta.get("uid")))
 
 
-async def deallocate(backend: Backend, claim: ResourceClaim, pod_uid: str) -> None:
-    """Clear a claim's allocation that only ``pod_uid`` may use (upstream's PostFilter)."""
+async def deallocate(
+    backend: Backend, claim: ResourceClaim, pod_uid: str, *, expected: ResourceClaim | None = None
+) -> None:
+    """Clear a claim's allocation that only ``pod_uid`` may use (upstream's PostFilter). With
+    ``expected``: only while the claim is that one (its UID) with the same devices allocated."""
 
     async def step(_attempt: int) -> None:
         raw = await backend.get_claim(claim.namespace, claim.name)
         status = raw.setdefault("status", {})
         if not status.get("allocation"):
             return
+        if expected is not None and not _same_allocation(raw, expected):
+            raise Transient(f"claim {claim.key} got allocated anew in the meantime", claim=claim.key)
         if any(ref.get("uid") != pod_uid for ref in status.get("reservedFor") or []):
             raise Transient(f"claim {claim.key} got a consumer in the meantime", claim=claim.key)
         for key in ("allocation", "reservedFor", "devices"):
@@ -306,6 +311,16 @@ async def deallocate(backend: Backend, claim: ResourceClaim, pod_uid: str) -> No
         await backend.update_claim_status(raw)
 
     await retry_on_conflict(step, what=f"deallocate claim {claim.key}", claim=claim.key)
+
+
+def _same_allocation(raw: Mapping[str, Any], claim: ResourceClaim) -> bool:
+    """Whether the stored claim ``raw`` is ``claim`` (its UID) with the same devices allocated."""
+    if claim.allocation is None or (claim.uid and (raw.get("metadata") or {}).get("uid") != claim.uid):
+        return False
+    results = (((raw.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    now = sorted((r.get("driver"), r.get("pool"), r.get("device")) for r in results)
+    seen = sorted((d.driver, d.pool, d.device) for d in claim.allocation.devices)
+    return now == seen
 
 
 def json_copy(raw: dict[str, Any]) -> dict[str, Any]:

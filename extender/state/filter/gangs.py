@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,7 +237,7 @@ class GangFilter:
             group,  # its topology key, its annotations
             tuple(self.store.kind_changes[kind] for kind in _PLAN_INPUT_KINDS),
             self.cluster.ledger.changes,
-            bool(self.cluster.nominations),
+            self.cluster.nominations.changes,
         )
         remembered = self._infeasible.get(group.key)
         if remembered is not None and remembered[0] == inputs:
@@ -254,7 +254,12 @@ class GangFilter:
             # those answers may have ended kube-scheduler's last pass rather than begun this one
             carried, pinned = {}, {}
             planned = self._plan(group, resolved, members.need, nodes, pinned, self._placed_nodes(members))
-        if isinstance(planned.plan, GangInfeasible) and (stuck := self._stuck_group_claims(group, members, resolved)):
+        if (
+            isinstance(planned.plan, GangInfeasible)
+            and planned.plan.outcome == "infeasible"  # proven, not a search cut short
+            and not self._binds_may_come(group.key)
+            and (stuck := self._stuck_group_claims(group, members, resolved))
+        ):
             freed = [claim.key for claim in stuck]
             again = self._plan(group, self._freed(resolved, freed), members.need, nodes, {}, freed=freed)
             if isinstance(again.plan, GangPlan):
@@ -297,6 +302,14 @@ class GangFilter:
                 if claim.key in claims.group_claims and all(ref.uid == group.uid for ref in claim.reserved_for):
                     stuck.setdefault(claim.key, claim)
         return [stuck[key] for key in sorted(stuck)]
+
+    def _binds_may_come(self, group_key: str) -> bool:
+        """Whether the group's last pass placed members whose binds may still come (their holds
+        have not expired): the group's claim is theirs then."""
+        last = self.passes.get(group_key)
+        if last is None or last.plan is None or self.clock() - last.started_at >= self.hold_seconds:
+            return False
+        return any(node is not None for node in last.answered.values())
 
     def _freed(
         self, resolved: list[tuple[str, PodClaims, GangMember]], keys: Sequence[str]
@@ -401,10 +414,11 @@ class GangFilter:
             for uid, claims, m in resolved
         ]
         priority = min((claims.priority for _, claims, _ in resolved), default=0)
+        uids = {uid for uid, _, _ in resolved}
         planner = GangPlanner(
             classes=store.classes,
             snapshot=store.snapshot(),
-            allocated=self._base(own, priority),
+            allocated=self._base(own, priority, uids),
             features=self.cluster.features,
             selectors=store.selectors,
             max_checks=self.max_checks,
@@ -441,7 +455,7 @@ class GangFilter:
         moved = before != (self.store.revision, self.cluster.ledger.changes)
         if isinstance(answer, GangPlan) and moved:
             planner.pace = None  # from here on nothing can change under the plan
-            planner.rebase(self._base(own, priority))
+            planner.rebase(self._base(own, priority, uids))
             if not self._still_fits(planner, answer, [m for _, _, m in members], store.node):
                 # a bind or a hold took some of the plan's devices (or counters) while the search
                 # let others run: plan again in the same domain, without pausing
@@ -459,13 +473,16 @@ class GangFilter:
             log.info("gang.infeasible", group=group.key, fit=answer.best, checks=answer.checks, outcome=outcome)
         return _Planned(answer, members, domain, tried)
 
-    def _base(self, own: Sequence[str], priority: int) -> AllocatedState:
+    def _base(self, own: Sequence[str], priority: int, members: Container[str]) -> AllocatedState:
         """What a plan must leave alone: everything in use but the gang's own claims and holds,
-        and the devices nominated for a preemptor of the gang's priority or more (the lowest of its
-        members': a member of lower priority may not take them, as its own bind would not)."""
+        and the devices nominated for another preemptor of the gang's priority or more (the lowest
+        of its members': a member of lower priority may not take them, as its own bind would not)."""
         base = self.store.in_use_without(own)
         if self.cluster.nominations:
-            base = self.cluster.nominations.hold(base, "", priority)
+            for nomination in self.cluster.nominations.held_against("", priority):
+                if nomination.pod_uid not in members:
+                    for result in nomination.results:
+                        base.add_allocation(result)
         return base
 
     @staticmethod
