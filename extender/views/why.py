@@ -609,12 +609,13 @@ def _consumers_of(views: DebugViews, claim_key: str, resource: str) -> list[str]
 
 
 def _held_for(entry: Mapping[str, Any]) -> str:
-    """`` (pod a, b)`` / `` (pod group g)`` after a claim in a reason, or nothing."""
+    """`` (pod a, b; pod group g)`` after a claim in a reason, or nothing."""
+    parts = []
     if entry["pods"]:
-        return f" (pod {', '.join(entry['pods'])})"
+        parts.append(f"pod {', '.join(entry['pods'])}")
     if entry.get("podGroups"):
-        return f" (pod group {', '.join(entry['podGroups'])})"
-    return ""
+        parts.append(f"pod group {', '.join(entry['podGroups'])}")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _bound_claims(views: DebugViews, pod: Mapping[str, Any]) -> list[str]:

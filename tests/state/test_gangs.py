@@ -841,6 +841,12 @@ def test_a_plan_leaves_alone_the_devices_nominated_for_a_preemptor_of_higher_pri
     )  # fmt: skip
     chosen = {svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES).node_names[0] for i in range(2)}
     assert chosen == {"node-2", "node-3"}  # equal priority: the preemptor's (as a member's bind)
+    # a PodGroup of higher priority than the preemptor's may plan on them (spec.priority counts)
+    next(o for o in objects if o["kind"] == "PodGroup")["spec"]["priority"] = 1000
+    svc = service(objects)
+    svc.cluster.nominations.add(nominations.by_uid["uid-urgent"])
+    chosen = {svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]).node_names[0] for i in range(2)}
+    assert chosen == {"node-1", "node-2"}
 
 
 def test_a_members_own_nomination_does_not_keep_its_gang_out() -> None:
@@ -892,3 +898,13 @@ async def test_the_release_of_a_group_claim_is_refused_once_the_claim_was_alloca
     await deallocate(svc.backend, seen, "uid-pg", expected=seen)
     domain = DebugViews(svc).claim("default", "pg-domain")
     assert domain is not None and not domain["status"].get("allocation")
+
+
+def test_why_names_both_the_pods_and_the_pod_group_a_claim_is_reserved_for() -> None:
+    from extender.views.why import why
+
+    objects = stuck_in_r2([GROUP_CONSUMER, {"resource": "pods", "name": "someone", "uid": "uid-someone"}])
+    objects += [claim("other-fabric", 1, cls="fabric"), pod("other", "other-fabric")]
+    svc = service(objects)
+    messages = [s["message"] for s in why(DebugViews(svc), pod("other", "other-fabric"), ["n3"])["suggestions"]]
+    assert any("default/pg-domain (pod default/someone; pod group default/pg)" in m for m in messages), messages

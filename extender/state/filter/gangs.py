@@ -413,7 +413,11 @@ class GangFilter:
             (uid, claims, GangMember(m.key, m.claims, m.preallocated, m.shape, pinned.get(uid)))
             for uid, claims, m in resolved
         ]
-        priority = min((claims.priority for _, claims, _ in resolved), default=0)
+        priority = (
+            group.priority
+            if group.priority is not None
+            else min((claims.priority for _, claims, _ in resolved), default=0)
+        )
         uids = {uid for uid, _, _ in resolved}
         planner = GangPlanner(
             classes=store.classes,
@@ -475,8 +479,9 @@ class GangFilter:
 
     def _base(self, own: Sequence[str], priority: int, members: Container[str]) -> AllocatedState:
         """What a plan must leave alone: everything in use but the gang's own claims and holds,
-        and the devices nominated for another preemptor of the gang's priority or more (the lowest
-        of its members': a member of lower priority may not take them, as its own bind would not)."""
+        and the devices nominated for another preemptor of the gang's priority or more (the
+        PodGroup's ``spec.priority``, else the lowest of its members': a member of lower priority
+        may not take them, as its own bind would not)."""
         base = self.store.in_use_without(own)
         if self.cluster.nominations:
             for nomination in self.cluster.nominations.held_against("", priority):
