@@ -3,6 +3,7 @@ exact control of what the service answers or raises. Integration tests use the r
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -23,6 +24,7 @@ class FakeBackend:
         self._synced = synced
         self.started = 0
         self.stopped = 0
+        self._event: asyncio.Event | None = None
 
     @property
     def synced(self) -> bool:
@@ -30,6 +32,21 @@ class FakeBackend:
 
     def set_synced(self, value: bool) -> None:
         self._synced = value
+        if value:
+            self._synced_event().set()
+
+    async def wait_synced(self, timeout: float | None = None) -> None:
+        """As the real backends: returns once synced (the server warms its caches then)."""
+        if self._synced:
+            return
+        async with asyncio.timeout(timeout):
+            await self._synced_event().wait()
+
+    def _synced_event(self) -> asyncio.Event:
+        # made on first use, inside the test's event loop
+        if self._event is None:
+            self._event = asyncio.Event()
+        return self._event
 
     async def start(self) -> None:
         self.started += 1
