@@ -207,6 +207,68 @@ def test_a_gang_that_does_not_fit_leaves_no_device_allocated_and_no_member_bound
     assert plans["pass"]["plan"] is None and "2 of 3 waiting members fit together" in plans["pass"]["reason"]
 
 
+def fabric_racks(scenario: Scenario, plane: ControlPlane, counts: tuple[int, int, int, int]) -> dict[str, str]:
+    """Racks r1 = {n1, n2} and r2 = {n3, n4} with ``counts`` GPUs, one fabric device per rack
+    (``domain-r1``, ``domain-r2``) reachable from its rack's nodes only (spec E4); node -> rack."""
+    racks = {f"{scenario.prefix}-n1": "r1", f"{scenario.prefix}-n2": "r1", f"{scenario.prefix}-n3": "r2",
+             f"{scenario.prefix}-n4": "r2"}  # fmt: skip
+    for name, rack in racks.items():
+        plane.add_nodes([name], labels={"example.com/rack": rack})
+        scenario._made.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    for name, count in zip(racks, counts, strict=True):
+        scenario.gpus(name, count)
+    for rack in ("r1", "r2"):
+        selector = {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": "example.com/rack", "operator": "In", "values": [rack]}]}]}  # fmt: skip
+        scenario.create(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{scenario.prefix}-fabric-{rack}"},
+                "spec": {
+                    "driver": scenario.driver,
+                    "pool": {"name": f"fabric-{rack}", "generation": 1, "resourceSliceCount": 1},
+                    "nodeSelector": selector,
+                    "devices": [{"name": f"domain-{rack}", "attributes": {"model": {"string": "fabric"}}}],
+                },
+            }
+        )
+    return racks
+
+
+def fabric_member(scenario: Scenario, name: str) -> None:
+    """A member of PodGroup ``pg`` with four GPUs of its own and the group's ``domain`` claim."""
+    spec: dict[str, Any] = {
+        "schedulerName": SCHEDULER_NAME,
+        "schedulingGroup": {"podGroupName": "pg"},
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                        "resources": {"claims": [{"name": "gpus"}, {"name": "domain"}]}}],
+        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "four-gpus"},
+                           {"name": "domain", "resourceClaimTemplateName": "domain"}],
+    }  # fmt: skip
+    scenario.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": scenario.namespace},
+                     "spec": spec})  # fmt: skip
+
+
+def fabric_group(scenario: Scenario) -> None:
+    gpu = scenario.device_class("gpu", cel=f'device.attributes["{scenario.driver}"].model != "fabric"')
+    fabric = scenario.device_class("fabric", cel=f'device.attributes["{scenario.driver}"].model == "fabric"')
+    scenario.template("four-gpus", gpu, count=4)
+    scenario.template("domain", fabric)
+    scenario.create(
+        {
+            "apiVersion": PODGROUPS,
+            "kind": "PodGroup",
+            "metadata": {"name": "pg", "namespace": scenario.namespace},
+            "spec": {
+                "schedulingPolicy": {"gang": {"minCount": 2}},
+                "resourceClaims": [{"name": "domain", "resourceClaimTemplateName": "domain"}],
+            },
+        }
+    )
+
+
 def test_a_pod_group_claim_is_allocated_once_for_the_group_and_every_member_is_where_it_allows(
     gangs: Scenario, gang_deployment: Deployment
 ) -> None:
@@ -215,57 +277,10 @@ def test_a_pod_group_claim_is_allocated_once_for_the_group_and_every_member_is_w
     resourceClaim controller makes it for the group) asks for a fabric device, each member for 4
     GPUs. The gang fits only in r1: the group's claim must be ``domain-r1``, reserved for the
     PodGroup, and both members bound in r1."""
-    plane = gang_deployment.plane
-    racks = {f"{gangs.prefix}-n1": "r1", f"{gangs.prefix}-n2": "r1", f"{gangs.prefix}-n3": "r2",
-             f"{gangs.prefix}-n4": "r2"}  # fmt: skip
-    for name, rack in racks.items():
-        plane.add_nodes([name], labels={"example.com/rack": rack})
-        gangs._made.append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
-    for name, count in zip(racks, (4, 4, 4, 2), strict=True):
-        gangs.gpus(name, count)
-    for rack in ("r1", "r2"):
-        selector = {"nodeSelectorTerms": [{"matchExpressions": [
-            {"key": "example.com/rack", "operator": "In", "values": [rack]}]}]}  # fmt: skip
-        gangs.create(
-            {
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceSlice",
-                "metadata": {"name": f"{gangs.prefix}-fabric-{rack}"},
-                "spec": {
-                    "driver": gangs.driver,
-                    "pool": {"name": f"fabric-{rack}", "generation": 1, "resourceSliceCount": 1},
-                    "nodeSelector": selector,
-                    "devices": [{"name": f"domain-{rack}", "attributes": {"model": {"string": "fabric"}}}],
-                },
-            }
-        )
-    gpu = gangs.device_class("gpu", cel=f'device.attributes["{gangs.driver}"].model != "fabric"')
-    fabric = gangs.device_class("fabric", cel=f'device.attributes["{gangs.driver}"].model == "fabric"')
-    gangs.template("four-gpus", gpu, count=4)
-    gangs.template("domain", fabric)
-    gangs.create(
-        {
-            "apiVersion": PODGROUPS,
-            "kind": "PodGroup",
-            "metadata": {"name": "pg", "namespace": gangs.namespace},
-            "spec": {
-                "schedulingPolicy": {"gang": {"minCount": 2}},
-                "resourceClaims": [{"name": "domain", "resourceClaimTemplateName": "domain"}],
-            },
-        }
-    )
+    racks = fabric_racks(gangs, gang_deployment.plane, (4, 4, 4, 2))
+    fabric_group(gangs)
     for i in range(2):
-        spec: dict[str, Any] = {
-            "schedulerName": SCHEDULER_NAME,
-            "schedulingGroup": {"podGroupName": "pg"},
-            "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                            "resources": {"claims": [{"name": "gpus"}, {"name": "domain"}]}}],
-            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "four-gpus"},
-                               {"name": "domain", "resourceClaimTemplateName": "domain"}],
-        }  # fmt: skip
-        gangs.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"m{i}", "namespace": gangs.namespace},
-                      "spec": spec})  # fmt: skip
+        fabric_member(gangs, f"m{i}")
     nodes = {gangs.bound(f"m{i}") for i in range(2)}
     assert {racks[n] for n in nodes} == {"r1"} and len(nodes) == 2
     group = gangs.admin.get(f"/apis/{PODGROUPS}/namespaces/{gangs.namespace}/podgroups/pg")
@@ -376,3 +391,63 @@ def test_a_claim_write_failing_for_one_member_leaves_no_member_bound(
     assert placed == set(nodes)
     for i in range(2):
         allocated_on(gangs, f"ext-w{i}")
+
+
+def group_claim(scenario: Scenario) -> dict[str, Any]:
+    group = scenario.admin.get(f"/apis/{PODGROUPS}/namespaces/{scenario.namespace}/podgroups/pg")
+    (status,) = group["status"]["resourceClaimStatuses"]
+    return scenario.get_claim(status["resourceClaimName"])
+
+
+def test_a_pod_group_claim_left_where_its_gang_cannot_go_is_freed_and_the_gang_placed_elsewhere(
+    gangs: Scenario, gang_deployment: Deployment
+) -> None:
+    """Spec F7: the resourceclaim controller keeps a PodGroup's claim allocated after its members
+    are gone. A first gang runs in one rack and leaves; other pods then fill that rack. The next
+    members of the group fit only in the other rack: the extender frees the group's claim
+    (no member placed, reserved for the group alone) and places them there."""
+    racks = fabric_racks(gangs, gang_deployment.plane, (4, 4, 4, 4))
+    fabric_group(gangs)
+    for i in range(2):
+        fabric_member(gangs, f"m{i}")
+    first = {racks[gangs.bound(f"m{i}")] for i in range(2)}
+    assert len(first) == 1
+    (rack,) = first
+    other = "r2" if rack == "r1" else "r1"
+    eventually(lambda: group_claim(gangs)["status"].get("reservedFor"), what="the group's claim reserved")
+    for i in range(2):
+        gangs.admin.delete(f"/api/v1/namespaces/{gangs.namespace}/pods/m{i}", grace_seconds=0)
+    # the members' own claims go with them; the group's stays allocated (upstream keeps it)
+    eventually(
+        lambda: all((c.get("status") or {}).get("allocation") is None for c in gangs.claims()
+                    if c["metadata"]["name"].startswith("m")),
+        what="the members' own claims released",
+    )  # fmt: skip
+    assert [r["device"] for r in group_claim(gangs)["status"]["allocation"]["devices"]["results"]] == [f"domain-{rack}"]
+    for i in range(2):  # fill the rack the group's claim is in
+        gangs.claim(f"filler-{i}", f"{gangs.prefix}-gpu", count=4)
+        gangs.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"filler-{i}", "namespace": gangs.namespace},
+                "spec": {
+                    "schedulerName": SCHEDULER_NAME,
+                    "terminationGracePeriodSeconds": 0,
+                    "nodeSelector": {"example.com/rack": rack},
+                    "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
+                                    "resources": {"claims": [{"name": "gpus"}]}}],
+                    "resourceClaims": [{"name": "gpus", "resourceClaimName": f"filler-{i}"}],
+                },
+            }
+        )  # fmt: skip
+    assert {racks[gangs.bound(f"filler-{i}")] for i in range(2)} == {rack}
+    for i in range(2, 4):
+        fabric_member(gangs, f"m{i}")
+    placed = {racks[gangs.bound(f"m{i}")] for i in range(2, 4)}
+    assert placed == {other}
+    claim = eventually(
+        lambda: (c := group_claim(gangs))["status"].get("reservedFor") and c, what="the group's claim reserved again"
+    )
+    assert [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]] == [f"domain-{other}"]
+    assert [r["resource"] for r in claim["status"]["reservedFor"]] == ["podgroups"]
