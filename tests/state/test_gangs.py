@@ -80,14 +80,7 @@ def test_every_member_is_pinned_to_its_planned_node_and_the_gang_binds_whole() -
 
 
 async def test_the_binds_allocate_the_planned_devices_and_nothing_twice() -> None:
-    objects = cluster(
-        pod_group("pg", 2),
-        *(gpu_claim(f"c{i}", 2) for i in range(2)),
-        *(member(f"m{i}", "pg", f"c{i}") for i in range(2)),
-        nodes=2,
-        gpus=2,
-    )
-    svc = service(objects)
+    svc = service(gang_of(2, nodes=2))
     chosen = {name: svc.filter(member(name, "pg", f"c{name[1]}"), NODES[:2]).node_names[0] for name in ("m0", "m1")}
     # kube-scheduler sends a pass's binds together (spec E5a)
     await asyncio.gather(*(svc.bind("default", name, f"uid-{name}", node) for name, node in chosen.items()))
@@ -622,14 +615,35 @@ async def test_a_failed_binding_leaves_the_group_claim_to_the_group() -> None:
     assert svc.stats.gang_barrier == {"opened": 1}
 
 
-def two_member_gang() -> list[dict[str, Any]]:
+def gang_of(size: int, *, nodes: int) -> list[dict[str, Any]]:
+    """A gang of ``size`` members (minCount ``size``), two GPUs each, on ``nodes`` nodes of two GPUs."""
     return cluster(
-        pod_group("pg", 2),
-        *(gpu_claim(f"c{i}", 2) for i in range(2)),
-        *(member(f"m{i}", "pg", f"c{i}") for i in range(2)),
-        nodes=2,
+        pod_group("pg", size),
+        *(gpu_claim(f"c{i}", 2) for i in range(size)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(size)),
+        nodes=nodes,
         gpus=2,
     )
+
+
+def two_member_gang() -> list[dict[str, Any]]:
+    return gang_of(2, nodes=2)
+
+
+def nominate_node_1(svc: SchedulingService, pod_key: str, uid: str) -> None:
+    """Both GPUs of node-1 nominated for ``pod_key`` (priority 0)."""
+    from extender.state.cache.nominations import Nomination
+
+    nominations = svc.cluster.nominations
+    held = tuple(
+        DeviceResult(request="gpus", driver="gpu.example.com", pool="node-1", device=f"gpu-{i}") for i in (0, 1)
+    )
+    nominations.add(
+        Nomination(
+            pod_key=pod_key, pod_uid=uid, priority=0, node="node-1", results=(AllocationResult(devices=held),),
+            victims=(), freed=frozenset(), expires=nominations.clock() + 60,
+        )
+    )  # fmt: skip
 
 
 async def test_a_claim_write_failing_for_one_member_leaves_no_member_bound() -> None:
@@ -787,14 +801,7 @@ async def test_a_member_whose_bind_comes_after_another_failed_is_not_bound_alone
 
 
 async def test_three_members_bind_together_and_the_round_counts_once() -> None:
-    objects = cluster(
-        pod_group("pg", 3),
-        *(gpu_claim(f"c{i}", 2) for i in range(3)),
-        *(member(f"m{i}", "pg", f"c{i}") for i in range(3)),
-        nodes=3,
-        gpus=2,
-    )
-    svc = service(objects)
+    svc = service(gang_of(3, nodes=3))
     chosen = {f"m{i}": svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES).node_names[0] for i in range(3)}
     await asyncio.gather(*(svc.bind("default", name, f"uid-{name}", node) for name, node in chosen.items()))
     views = DebugViews(svc)
@@ -819,57 +826,22 @@ def test_why_and_the_device_map_name_the_pod_group_a_device_is_reserved_for() ->
 
 
 def test_a_plan_leaves_alone_the_devices_nominated_for_a_preemptor_of_higher_priority() -> None:
-    from extender.state.cache.nominations import Nomination
-
-    objects = cluster(
-        pod_group("pg", 2),
-        *(gpu_claim(f"c{i}", 2) for i in range(2)),
-        *(member(f"m{i}", "pg", f"c{i}") for i in range(2)),
-        nodes=3,
-        gpus=2,
-    )
+    objects = gang_of(2, nodes=3)
     svc = service(objects)
-    nominations = svc.cluster.nominations
-    held = tuple(
-        DeviceResult(request="gpus", driver="gpu.example.com", pool="node-1", device=f"gpu-{i}") for i in (0, 1)
-    )
-    nominations.add(
-        Nomination(
-            pod_key="default/urgent", pod_uid="uid-urgent", priority=0, node="node-1",
-            results=(AllocationResult(devices=held),), victims=(), freed=frozenset(), expires=nominations.clock() + 60,
-        )
-    )  # fmt: skip
+    nominate_node_1(svc, "default/urgent", "uid-urgent")
     chosen = {svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES).node_names[0] for i in range(2)}
     assert chosen == {"node-2", "node-3"}  # equal priority: the preemptor's (as a member's bind)
     # a PodGroup of higher priority than the preemptor's may plan on them (spec.priority counts)
     next(o for o in objects if o["kind"] == "PodGroup")["spec"]["priority"] = 1000
     svc = service(objects)
-    svc.cluster.nominations.add(nominations.by_uid["uid-urgent"])
+    nominate_node_1(svc, "default/urgent", "uid-urgent")
     chosen = {svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]).node_names[0] for i in range(2)}
     assert chosen == {"node-1", "node-2"}
 
 
 def test_a_members_own_nomination_does_not_keep_its_gang_out() -> None:
-    from extender.state.cache.nominations import Nomination
-
-    objects = cluster(
-        pod_group("pg", 2),
-        *(gpu_claim(f"c{i}", 2) for i in range(2)),
-        *(member(f"m{i}", "pg", f"c{i}") for i in range(2)),
-        nodes=2,
-        gpus=2,
-    )
-    svc = service(objects)
-    nominations = svc.cluster.nominations
-    held = tuple(
-        DeviceResult(request="gpus", driver="gpu.example.com", pool="node-1", device=f"gpu-{i}") for i in (0, 1)
-    )
-    nominations.add(
-        Nomination(
-            pod_key="default/m0", pod_uid="uid-m0", priority=0, node="node-1",
-            results=(AllocationResult(devices=held),), victims=(), freed=frozenset(), expires=nominations.clock() + 60,
-        )
-    )  # fmt: skip
+    svc = service(gang_of(2, nodes=2))
+    nominate_node_1(svc, "default/m0", "uid-m0")
     chosen = {svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]).node_names[0] for i in range(2)}
     assert chosen == {"node-1", "node-2"}
 

@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import dataclasses
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -258,13 +258,26 @@ class Binder:
         self.cluster.nominations.drop(actual_uid)  # a preemptor's wait is over
         await self._end_negotiation(decision.pod, deadline)
 
+    @contextlib.contextmanager
+    def _claim_waiter(self, pod_key: str) -> Iterator[asyncio.Event]:
+        """An event set on every change of a claim that may concern the pod's bind
+        (``_claim_or_pod_changed``), registered while the block runs."""
+        event = asyncio.Event()
+        self._claim_waiters.setdefault(pod_key, []).append(event)
+        try:
+            yield event
+        finally:
+            waiters = self._claim_waiters.get(pod_key, [])
+            if event in waiters:
+                waiters.remove(event)
+            if not waiters:
+                self._claim_waiters.pop(pod_key, None)
+
     async def _group_claim_settled(self, key: str, uid: str, pod_key: str, until: float) -> None:
         """With a group claim's lock: when another member's bind has just written the claim (its
         entry in the ledger), wait (never past ``until``) until the store shows it allocated, so
         that this bind uses that allocation instead of allocating the claim a second time."""
-        event = asyncio.Event()
-        self._claim_waiters.setdefault(pod_key, []).append(event)
-        try:
+        with self._claim_waiter(pod_key) as event:
             while True:
                 event.clear()
                 stored = self.store.claims.get(key)
@@ -284,12 +297,6 @@ class Binder:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(remaining):
                         await event.wait()
-        finally:
-            waiters = self._claim_waiters.get(pod_key, [])
-            if event in waiters:
-                waiters.remove(event)
-            if not waiters:
-                self._claim_waiters.pop(pod_key, None)
 
     def _group_claim_locks_of(self, pod: Mapping[str, Any]) -> list[tuple[str, asyncio.Lock]]:
         """The locks of the pod's PodGroup claims not allocated yet, in key order (none for pods
@@ -444,9 +451,7 @@ class Binder:
         pod_key = decision.claims.pod_key
         started = self.clock()
         deadline = min(started + self.claim_wait_seconds, writes_by)
-        event = asyncio.Event()
-        self._claim_waiters.setdefault(pod_key, []).append(event)
-        try:
+        with self._claim_waiter(pod_key) as event:
             while True:
                 # the watch may not show this pod yet (bind read it from the API): then the copy
                 # bind has; a pod deleted or re-created meanwhile runs into the deadline or,
@@ -462,12 +467,6 @@ class Binder:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(remaining):  # no task per wake-up, as wait_for makes
                         await event.wait()
-        finally:
-            waiters = self._claim_waiters.get(pod_key, [])
-            if event in waiters:
-                waiters.remove(event)
-            if not waiters:
-                self._claim_waiters.pop(pod_key, None)
         self.stats.claim_waits += 1
         self.stats.claim_wait_seconds += self.clock() - started
         return await cooperative.run(self._decide_again, decision, pod, claims)
