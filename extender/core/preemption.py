@@ -13,6 +13,9 @@ choice, with no I/O:
   kube-scheduler's SelectVictimsOnNode does). One pass suffices: what a set frees only grows with
   the set, so a victim that could not be spared stays necessary; the result is irreducible
   (sparing any one victim breaks the fit), though not necessarily the smallest;
+- ``choose_units``: the same reprieve over *units* for a gang (spec/workloads-and-gangs.md §7.8): a
+  unit is one pod, or every pod of a PodGroup whose disruption mode is all-or-nothing (KEP-5710), and
+  a unit goes whole or not at all;
 - ``better_plan``: kube-scheduler's ranking of candidate nodes (fewest PDB violations, then the
   lowest priority of the most important victim, the lowest sum of priorities, the fewest victims,
   the latest start of the most important victims).
@@ -29,8 +32,10 @@ __all__ = [
     "Budget",
     "Plan",
     "Victim",
+    "VictimUnit",
     "better_plan",
     "by_importance",
+    "choose_units",
     "choose_victims",
     "label_selector_matches",
     "protected_victims",
@@ -102,6 +107,53 @@ def choose_victims(
             del chosen[victim.uid]
     # nobody left: the pod fits without removing anyone (nothing for preemption to do)
     return by_importance(chosen.values()) if chosen else None
+
+
+@dataclass(frozen=True, slots=True)
+class VictimUnit:
+    """Pods that are evicted together or not at all: one pod, or the running pods of a PodGroup
+    whose disruption mode is all-or-nothing (``group`` names it). ``victims`` most important
+    first; ``nodes``: where they run."""
+
+    victims: tuple[Victim, ...]
+    nodes: frozenset[str] = frozenset()
+    group: str = ""
+
+    @property
+    def key(self) -> str:
+        """Tells units apart: the PodGroup's key, else the one pod's UID."""
+        return f"podgroup:{self.group}" if self.group else self.victims[0].uid
+
+    @property
+    def uids(self) -> frozenset[str]:
+        return frozenset(v.uid for v in self.victims)
+
+    def importance(self) -> tuple[int, str, str]:
+        """Sorts most important first, by the unit's most important pod (``by_importance``)."""
+        top = self.victims[0]
+        return (-top.priority, top.start_time or "\uffff", top.key)
+
+
+def choose_units(
+    fits: Callable[[frozenset[str]], bool], units: Sequence[VictimUnit], *, protected: Collection[str] = ()
+) -> list[VictimUnit] | None:
+    """``choose_victims`` over units: the units to remove (most important first), or None if
+    removing all of them is not enough. ``fits`` is asked with sets of pod UIDs; ``protected``:
+    keys of units a PodDisruptionBudget protects (reprieved first). One pass suffices for the same
+    reason as there (what a set frees only grows with the set): the result is irreducible, no unit
+    of it can be spared."""
+    chosen = {u.key: u for u in units}
+    if not chosen or not fits(_uids(chosen.values())):
+        return None
+    ordered = sorted(units, key=VictimUnit.importance)
+    for unit in [u for u in ordered if u.key in protected] + [u for u in ordered if u.key not in protected]:
+        if fits(_uids(u for key, u in chosen.items() if key != unit.key)):
+            del chosen[unit.key]
+    return sorted(chosen.values(), key=VictimUnit.importance) if chosen else None
+
+
+def _uids(units: Iterable[VictimUnit]) -> frozenset[str]:
+    return frozenset(uid for unit in units for uid in unit.uids)
 
 
 @dataclass(frozen=True, slots=True)

@@ -296,11 +296,12 @@ def _preemption_metrics(service: SchedulingService) -> Iterator[Metric]:
     stats = service.preemption.stats
     outcomes = CounterMetricFamily(
         f"{NAMESPACE}_preemptions",
-        "Preemptions for pods no node fits, by outcome: started (victims evicted), refused (a "
-        "PodDisruptionBudget protected the chosen victim), none (no set of victims frees the devices).",
+        "Preemptions for pods (and gangs) no node fits, by outcome: started (victims evicted), refused "
+        "(a PodDisruptionBudget protected the chosen victim), none (no set of victims frees the devices), "
+        "budget (a gang's choice ran out of time: nobody evicted).",
         labels=["outcome"],
     )
-    for name in ("started", "refused", "none"):
+    for name in ("started", "refused", "none", "budget"):
         outcomes.add_metric([name], stats.preemptions.get(name, 0))
     yield outcomes
     victims = CounterMetricFamily(f"{NAMESPACE}_preemption_victims", "Pods evicted to free devices.")

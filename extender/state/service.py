@@ -51,6 +51,7 @@ from extender.state.filter.rejected import RejectedPods
 from extender.state.filter.verdicts import DuplicateNodes, FilterOutcome, VerdictCache
 from extender.state.gangs import Gangs
 from extender.state.preemption.devices import DevicePreemption
+from extender.state.preemption.gangs import GangPreemption
 from extender.state.preemption.verb import DEFAULT_PREEMPT_TIMEOUT_SECONDS, NodeVictims, PreemptOutcome, PreemptVerb
 from extender.state.stats import ServiceStats
 
@@ -160,6 +161,8 @@ class SchedulingService:
             retry_backoff=gang_retry_backoff,
             clock=clock,
         )
+        #: Preemption for a whole gang whose pass found no plan (``preemption/gangs.py``).
+        self.gang_preemption = GangPreemption(self.preemption, self.gang_filter)
         self.preempt_verb = PreemptVerb(cluster, self.preemption, timeout_seconds=preempt_timeout_seconds, clock=clock)
         self.holds = Holds(cluster, self.stats, seconds=hold_seconds, binding=binding)
         self.prioritizer = Prioritizer(
@@ -205,7 +208,9 @@ class SchedulingService:
             gang = await cooperative.run(self.gang_filter.filter, pod, node_names)
             if gang is not None:
                 group, stuck = self.gang_filter.take_releases(pod)
-                return await self._free_group_claims(group, stuck) if stuck else gang
+                if stuck:
+                    return await self._free_group_claims(group, stuck)
+                return gang if gang.node_names else await self.gang_preemption.consider(pod, node_names, gang)
         attempt = await cooperative.run(self._decide_and_apply, pod, node_names)
         return await self.post_filter.run(attempt)
 

@@ -18,6 +18,7 @@ from tests.controlplane.api import ApiError, eventually
 from tests.controlplane.assets import assets_or_skip
 from tests.controlplane.cluster import FEATURE_GATES, RUNTIME_CONFIG, ControlPlane, Options
 from tests.e2e.harness import IN_TREE, SCHEDULER_NAME, Deployment, Scenario
+from tests.e2e.kubelet import HIGH, KUBELET, LOW, TOP, kubelet_done, priority_classes, run_pod, terminating
 
 GANG_GATES = "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true"
 PODGROUPS = "scheduling.k8s.io/v1alpha2"
@@ -451,3 +452,89 @@ def test_a_pod_group_claim_left_where_its_gang_cannot_go_is_freed_and_the_gang_p
     )
     assert [r["device"] for r in claim["status"]["allocation"]["devices"]["results"]] == [f"domain-{other}"]
     assert [r["resource"] for r in claim["status"]["reservedFor"]] == ["podgroups"]
+
+
+def gpu_holders(scenario: Scenario, node_classes: dict[str, str], priorities: dict[str, str]) -> list[str]:
+    """Two one-GPU pods per node (``<node class>-<i>``), each bound there, Running, with the
+    kubelet's finalizer (test_preemption.py): every GPU of the nodes held. ``node_classes``: a
+    DeviceClass per node whose selector reaches that node's GPUs only; ``priorities``: the
+    PriorityClass of each node class's holders."""
+    names = []
+    for index, (label, device_class) in enumerate(node_classes.items()):
+        for i in range(2):
+            name = f"{label}-{i}"
+            scenario.claim(f"{name}-gpu", device_class)
+            scenario.pod(name, f"{name}-gpu", priority=priorities[label], labels={"app": name})
+            scenario.admin.merge_patch(
+                f"/api/v1/namespaces/{scenario.namespace}/pods/{name}", {"metadata": {"finalizers": [KUBELET]}}
+            )
+            scenario.bound(name)
+            run_pod(scenario, name, f"2026-01-01T00:0{index}:{i:02d}Z")
+            names.append(name)
+    return names
+
+
+def two_nodes_of_holders(scenario: Scenario, levels: dict[str, int]) -> tuple[list[str], list[str], dict[int, str]]:
+    """Two nodes of two GPUs (models ``a`` and ``b``), every GPU held by a pod of the priority
+    ``levels`` gives its node's model; a template ``two`` of two GPUs of any model. The nodes,
+    the holders and the PriorityClasses."""
+    classes = priority_classes(scenario)
+    nodes = scenario.nodes(2)
+    for node, model in zip(nodes, ("a", "b"), strict=True):
+        scenario.gpus(node, 2, model=model)
+    per_node = {
+        model: scenario.device_class(model, cel=f'device.attributes["{scenario.driver}"].model == "{model}"')
+        for model in ("a", "b")
+    }
+    holders = gpu_holders(scenario, per_node, {model: classes[levels[model]] for model in per_node})
+    scenario.template("two", scenario.device_class(), count=2)
+    return nodes, holders, classes
+
+
+def test_a_gang_that_fits_only_without_lower_priority_pods_evicts_them_and_runs_whole(gangs: Scenario) -> None:
+    """Spec §7.8: every GPU held by priority-100 pods; a gang of two members of priority 1000, two
+    GPUs each. kube-scheduler preempts nothing for devices; the extender evicts all four holders
+    for the gang (through the Eviction API), holds the freed GPUs, and both members bind once the
+    holders are gone and their claims deallocated."""
+    nodes, holders, classes = two_nodes_of_holders(gangs, {"a": LOW, "b": LOW})
+    try:
+        pod_group(gangs, "trainers", 2)
+        for i in range(2):
+            member(gangs, f"w{i}", "trainers", template="two", priority=classes[HIGH])
+        for name in holders:
+            evicted = eventually(lambda name=name: terminating(gangs, name), what=f"{name} evicted")
+            (target,) = [c for c in evicted["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+            assert target["reason"] == "EvictionByEvictionAPI"
+            assert f"Preempted by pod group {gangs.namespace}/trainers" in gangs.event(name, "Preempted")["message"]
+        for i in range(2):
+            assert "to free devices for gang" in gangs.event(f"w{i}", "Preempting")["message"]
+        # while the holders terminate, no member is bound
+        assert not any(gangs.get_pod(f"w{i}")["spec"].get("nodeName") for i in range(2))
+        for name in holders:
+            kubelet_done(gangs, name)
+        placed = {f"w{i}": gangs.bound(f"w{i}") for i in range(2)}
+        assert sorted(placed.values()) == sorted(nodes)
+        devices = [d for i in range(2) for d in eventually(lambda i=i: allocated_on(gangs, f"w{i}"), what="claims")[1]]
+        assert len(devices) == len(set(devices)) == 4
+    finally:
+        for name in holders:
+            kubelet_done(gangs, name)
+
+
+def test_a_gang_that_would_still_not_fit_evicts_nobody(gangs: Scenario) -> None:
+    """All or nothing: node b's holders outrank the gang, so evicting node a's would place one
+    member of two. Nobody is evicted; the members wait, told why."""
+    _, holders, classes = two_nodes_of_holders(gangs, {"a": LOW, "b": TOP})
+    try:
+        pod_group(gangs, "trainers", 2)
+        for i in range(2):
+            member(gangs, f"w{i}", "trainers", template="two", priority=classes[HIGH])
+        # the extender decides on preemption before it answers: once a pass has been answered, it has
+        event = gangs.event("w0", "FailedScheduling")
+        assert "0 of 2 waiting members fit together" in event["message"], event["message"]
+        assert not any(terminating(gangs, name) for name in holders)
+        assert not gangs.events_for("a-0", "Preempted") and not gangs.events_for("a-1", "Preempted")
+        assert not any(gangs.get_pod(f"w{i}")["spec"].get("nodeName") for i in range(2))
+    finally:
+        for name in holders:
+            kubelet_done(gangs, name)

@@ -5,70 +5,28 @@ so the extender does it: it evicts an irreducible set of lower-priority device h
 Eviction API, holds the freed devices for the preemptor (a nomination), and the preemptor binds once
 kube-controller-manager's resourceclaim controller has deallocated the victims' claims.
 
-Fake nodes have no kubelet, so the test plays the two parts of it that matter here:
-- a bound device holder is marked Running and Ready (``status.phase``, ``conditions``, ``startTime``):
-  the API server's eviction skips PodDisruptionBudgets for Pending pods, and the disruption controller
-  counts only Ready pods as healthy;
-- a device holder carries a finalizer standing for its running containers. Its pods have
-  ``terminationGracePeriodSeconds: 0`` (``Scenario.pod``), so without one an evicted pod would vanish
-  at once; with it, the evicted pod stays Terminating (a deletionTimestamp and the Eviction API's
-  ``DisruptionTarget`` condition, which is how the test tells an eviction from a DELETE) until the test,
-  as the kubelet would once the containers stopped, removes the finalizer. Meanwhile the preemptor
-  must wait and the victim's claim keep its device; after it, kube-controller-manager's resourceclaim
-  controller clears the claim's ``reservedFor`` and deallocates it, and only then may the preemptor
-  bind.
+Fake nodes have no kubelet: the test plays its part (``kubelet.py``). An evicted holder stays
+Terminating (a deletionTimestamp and the Eviction API's ``DisruptionTarget`` condition, which is how
+the test tells an eviction from a DELETE) until the test removes the kubelet's finalizer. Meanwhile
+the preemptor must wait and the victim's claim keep its device; after it,
+kube-controller-manager's resourceclaim controller clears the claim's ``reservedFor`` and
+deallocates it, and only then may the preemptor bind.
 """
 
 from __future__ import annotations
 
-import contextlib
 from typing import Any
 
 import pytest
 
 from tests.controlplane.api import ApiError, eventually
 from tests.e2e.harness import Scenario
-
-LOW, MID, HIGH = 100, 200, 1000
-
-
-def _priority_classes(scenario: Scenario) -> dict[int, str]:
-    names = {}
-    for value in (LOW, MID, HIGH):
-        name = f"{scenario.prefix}-p{value}"
-        scenario.create(
-            {
-                "apiVersion": "scheduling.k8s.io/v1",
-                "kind": "PriorityClass",
-                "metadata": {"name": name},
-                "value": value,
-                "preemptionPolicy": "PreemptLowerPriority",
-            }
-        )
-        names[value] = name
-    return names
-
-
-def _run(scenario: Scenario, name: str, started: str) -> None:
-    """The kubelet's status for a bound pod: Running and Ready since ``started``."""
-    ready = {"type": "Ready", "status": "True", "lastTransitionTime": started}
-    scenario.admin.merge_patch(
-        f"/api/v1/namespaces/{scenario.namespace}/pods/{name}/status",
-        {"status": {"phase": "Running", "startTime": started, "conditions": [ready]}},
-    )
-
-
-def _pod_or_none(scenario: Scenario, name: str) -> dict[str, Any] | None:
-    pod: dict[str, Any] | None = scenario.admin.get_or_none(f"/api/v1/namespaces/{scenario.namespace}/pods/{name}")
-    return pod
+from tests.e2e.kubelet import HIGH, KUBELET, LOW, MID, kubelet_done, pod_or_none, priority_classes, run_pod, terminating
 
 
 def _devices(claim: dict[str, Any]) -> list[tuple[str, str]]:
     allocation = (claim.get("status") or {}).get("allocation") or {}
     return [(r["pool"], r["device"]) for r in (allocation.get("devices") or {}).get("results") or []]
-
-
-KUBELET = "e2e.example.com/kubelet"
 
 
 def _holding(scenario: Scenario, names: list[str], classes: dict[int, str], node: str) -> dict[str, tuple[str, str]]:
@@ -84,22 +42,9 @@ def _holding(scenario: Scenario, names: list[str], classes: dict[int, str], node
         )
         assert scenario.bound(name) == node
         # distinct start times: kube-scheduler's (and the extender's) importance order breaks ties by them
-        _run(scenario, name, f"2026-01-01T00:00:{i:02d}Z")
+        run_pod(scenario, name, f"2026-01-01T00:00:{i:02d}Z")
         (held[name],) = _devices(scenario.get_claim(f"{name}-gpu"))
     return held
-
-
-def _kubelet_done(scenario: Scenario, name: str) -> None:
-    """The kubelet's last word on a deleted pod: its containers stopped, the pod may go."""
-    with contextlib.suppress(ApiError):
-        scenario.admin.merge_patch(
-            f"/api/v1/namespaces/{scenario.namespace}/pods/{name}", {"metadata": {"finalizers": None}}
-        )
-
-
-def _terminating(scenario: Scenario, name: str) -> dict[str, Any] | None:
-    pod = _pod_or_none(scenario, name)
-    return pod if pod is not None and pod["metadata"].get("deletionTimestamp") else None
 
 
 def _budget(scenario: Scenario, app: str) -> None:
@@ -134,7 +79,7 @@ def _budget(scenario: Scenario, app: str) -> None:
 
 
 def _preempt(scenario: Scenario, *, budget_for: str | None) -> None:
-    classes = _priority_classes(scenario)
+    classes = priority_classes(scenario)
     (node,) = scenario.nodes(1)
     gpu = scenario.device_class()
     scenario.gpus(node, 2)
@@ -153,18 +98,18 @@ def _preempt(scenario: Scenario, *, budget_for: str | None) -> None:
         spared = "low" if victim == "mid" else "mid"
 
         # evicted through the Eviction API (its DisruptionTarget condition), the other pod spared
-        evicted = eventually(lambda: _terminating(scenario, victim), what=f"{victim} evicted")
+        evicted = eventually(lambda: terminating(scenario, victim), what=f"{victim} evicted")
         (target,) = [c for c in evicted["status"].get("conditions") or [] if c["type"] == "DisruptionTarget"]
         assert target["reason"] == "EvictionByEvictionAPI"
         assert "Preempted by pod" in scenario.event(victim, "Preempted")["message"]
-        assert _terminating(scenario, spared) is None
+        assert terminating(scenario, spared) is None
         # while the victim terminates, the preemptor waits and the device stays the victim's
         assert not scenario.get_pod("urgent")["spec"].get("nodeName")
         assert _devices(scenario.get_claim(f"{victim}-gpu")) == [held[victim]]
-        _kubelet_done(scenario, victim)
+        kubelet_done(scenario, victim)
 
         assert scenario.bound("urgent") == node
-        assert _pod_or_none(scenario, victim) is None
+        assert pod_or_none(scenario, victim) is None
         # the preemptor got exactly the victim's device, reserved for it
         urgent = scenario.get_pod("urgent")
         claim = scenario.get_claim("urgent-gpu")
@@ -177,7 +122,7 @@ def _preempt(scenario: Scenario, *, budget_for: str | None) -> None:
         assert not (freed.get("status") or {}).get("allocation")
         assert not (freed.get("status") or {}).get("reservedFor")
         # the spared pod and its claim untouched
-        assert _terminating(scenario, spared) is None
+        assert terminating(scenario, spared) is None
         assert _devices(scenario.get_claim(f"{spared}-gpu")) == [held[spared]]
         # nobody else took a device: the waiting pod is still unbound, its claim unallocated
         assert not scenario.get_pod("waiting")["spec"].get("nodeName")
@@ -186,7 +131,7 @@ def _preempt(scenario: Scenario, *, budget_for: str | None) -> None:
         assert sorted(allocated) == sorted(set(allocated)) and len(allocated) == 2
     finally:
         for name in ("mid", "low"):
-            _kubelet_done(scenario, name)
+            kubelet_done(scenario, name)
 
 
 def test_a_high_priority_pod_evicts_the_lowest_priority_gpu_holder_and_gets_its_device(scenario: Scenario) -> None:

@@ -61,6 +61,9 @@ class Nomination:
     seen: bool = True
     #: when it ends even while a victim is still there (monotonic seconds; 0: never)
     hard_expires: float = 0.0
+    #: the gang (PodGroup ``namespace/name``) whose preemption made it ("" for one pod's): the
+    #: members' nominations are one plan, never held against each other
+    group: str = ""
 
 
 @dataclass(slots=True)
@@ -159,8 +162,19 @@ class Nominations:
 
     def held_against(self, pod_uid: str, priority: int) -> list[Nomination]:
         """The nominations a pod of ``priority`` must leave alone: those of other pods of equal or
-        higher priority (kube-scheduler's rule for nominated pods)."""
-        return [n for n in self.by_uid.values() if n.pod_uid != pod_uid and n.priority >= priority]
+        higher priority (kube-scheduler's rule for nominated pods), but for those of its own gang's
+        preemption (one plan for all its members)."""
+        own = self.by_uid.get(pod_uid)
+        group = own.group if own is not None else ""
+        return [
+            n
+            for n in self.by_uid.values()
+            if n.pod_uid != pod_uid and n.priority >= priority and not (group and n.group == group)
+        ]
+
+    def of_group(self, group: str) -> list[Nomination]:
+        """The standing nominations of a gang's preemption."""
+        return [n for n in self.by_uid.values() if n.group == group]
 
     def against(self, pod_uid: str, priority: int, node: str) -> list[Nomination]:
         """``held_against`` on one node."""

@@ -82,6 +82,9 @@ class GangPass:
     plan: GangPlan | None
     #: The infeasible reason ("" with a plan).
     reason: str = ""
+    #: Without a plan: the planner's outcome, "infeasible" (proven) or "budget" (a search cut
+    #: short); "" for a remembered answer's pass (it keeps the outcome it remembers) or a release.
+    outcome: str = ""
     #: Answer ``Error`` (with ``reason``) rather than failed nodes: kube-scheduler's error backoff.
     back_off: bool = False
     #: The topology domain the plan is in (the group's key's value; None without a key).
@@ -151,7 +154,7 @@ class GangFilter:
         self.passes: dict[str, GangPass] = {}
         # group -> (inputs, reason) of its last infeasible answer, and how many passes in a row
         # have been answered from it
-        self._infeasible: dict[str, tuple[tuple[object, ...], str]] = {}
+        self._infeasible: dict[str, tuple[tuple[object, ...], str, str]] = {}
         self._repeats: dict[str, int] = {}
         self._serial = 0
         #: Group -> its claims a filter decided to free, until the service has written it.
@@ -243,7 +246,7 @@ class GangFilter:
         if remembered is not None and remembered[0] == inputs:
             self.stats.count_gang_plan("remembered")
             repeats = self._repeats[group.key] = self._repeats.get(group.key, 0) + 1
-            unchanged = GangPass(group.key, self.clock(), None, remembered[1])
+            unchanged = GangPass(group.key, self.clock(), None, remembered[1], outcome=remembered[2])
             if self.retry_backoff and repeats >= self.retry_backoff:
                 unchanged.back_off = True
                 unchanged.reason += f" (unchanged for {repeats} passes: retried after kube-scheduler's error backoff)"
@@ -270,10 +273,15 @@ class GangFilter:
                 released = GangPass(group.key, self.clock(), None, reason, back_off=True)
                 return self._replace(group, released, resolved, nodes, expected, {})
         if isinstance(planned.plan, GangInfeasible):
-            reason = self._reason(group, members, planned)
-            self._infeasible[group.key] = (inputs, reason)
+            reason, outcome = self._reason(group, members, planned), planned.plan.outcome
+            self._infeasible[group.key] = (inputs, reason, outcome)
             return self._replace(
-                group, GangPass(group.key, self.clock(), None, reason), resolved, nodes, expected, carried
+                group,
+                GangPass(group.key, self.clock(), None, reason, outcome=outcome),
+                resolved,
+                nodes,
+                expected,
+                carried,
             )
         self._infeasible.pop(group.key, None)
         new = GangPass(group.key, self.clock(), planned.plan, domain=planned.domain)
@@ -338,6 +346,11 @@ class GangFilter:
             return "", []
         return group.key, self.releases.pop(group.key, [])
 
+    def end_pass(self, group_key: str) -> None:
+        """End the group's open pass (its answers predate a change that matters, such as devices
+        a preemption freed): the next member's filter starts a new one."""
+        self._drop(group_key)
+
     def _drop(self, group_key: str) -> None:
         """Forget the group's open pass and give back its holds."""
         old = self.passes.pop(group_key, None)
@@ -397,27 +410,26 @@ class GangFilter:
         nodes: Sequence[NodeInfo],
         pinned: Mapping[str, frozenset[str]],
         placed_nodes: Sequence[str] = (),
-        freed: Sequence[str] = (),
+        freed: Iterable[str] = (),
+        *,
+        quiet: bool = False,
     ) -> _Planned:
         """The planner's answer over the cluster as it is, without this gang's own holds, within
         one domain of the group's topology key when it has one (``_domains``); the event loop runs
-        between allocator runs (``cooperative.run``)."""
+        between allocator runs (``cooperative.run``). ``freed``: claims planned as if they held
+        nothing; ``quiet``: a what-if (preemption's), neither counted nor logged."""
         self.cluster.refresh()
         store = self.store
         # the members' own holds (the last pass's, under provisional keys too, for template claims
         # created since) are theirs to plan with
         own = [c.key for _, claims, _ in resolved for c in claims.to_allocate if c.key not in claims.group_claims]
         own += [entry.claim_key for uid, _, _ in resolved for entry in self.cluster.ledger.holds_of(uid)]
-        own += freed  # the group's claims planned as if they were not allocated (``_stuck_group_claims``)
+        own += freed  # planned as if not allocated: the group's stuck claims, a preemption's victims'
         members = [
             (uid, claims, GangMember(m.key, m.claims, m.preallocated, m.shape, pinned.get(uid)))
             for uid, claims, m in resolved
         ]
-        priority = (
-            group.priority
-            if group.priority is not None
-            else min((claims.priority for _, claims, _ in resolved), default=0)
-        )
+        priority = self.priority(group, [claims for _, claims, _ in resolved])
         uids = {uid for uid, _, _ in resolved}
         planner = GangPlanner(
             classes=store.classes,
@@ -468,6 +480,8 @@ class GangFilter:
                 )
                 answer = dataclasses.replace(retry, checks=spent + retry.checks)
         outcome = answer.outcome
+        if quiet:
+            return _Planned(answer, members, domain, tried)
         self.stats.count_gang_plan(outcome)
         if isinstance(answer, GangPlan):
             log.info(
@@ -476,6 +490,14 @@ class GangFilter:
         else:
             log.info("gang.infeasible", group=group.key, fit=answer.best, checks=answer.checks, outcome=outcome)
         return _Planned(answer, members, domain, tried)
+
+    @staticmethod
+    def priority(group: PodGroup, members: Iterable[PodClaims]) -> int:
+        """The gang's priority against nominations and as a preemptor (spec §7.8): the PodGroup's
+        ``spec.priority`` when set, else its lowest member's."""
+        if group.priority is not None:
+            return group.priority
+        return min((claims.priority for claims in members), default=0)
 
     def _base(self, own: Sequence[str], priority: int, members: Container[str]) -> AllocatedState:
         """What a plan must leave alone: everything in use but the gang's own claims and holds,
@@ -662,6 +684,22 @@ class GangFilter:
         open_pass.plan = planned.plan
         self._hold(open_pass)
         return open_pass.node_of(uid)
+
+    def plan_released(self, group: PodGroup, freed: Iterable[str]) -> GangPlan | None:
+        """Preemption's what-if (``preemption/gangs.py``): the plan the group's open pass would
+        have with the claims ``freed`` holding nothing, over the pass's nodes, or None (no plan, or
+        the search cut short: neither proves that the gang fits)."""
+        open_pass = self.passes.get(group.key)
+        if open_pass is None:
+            return None
+        members = self.gangs.members(group)
+        resolved = [
+            (uid, claims, self._member(open_pass.keys[uid], claims)) for uid, claims in open_pass.claims.items()
+        ]
+        planned = self._plan(
+            group, resolved, members.need, open_pass.nodes, {}, self._placed_nodes(members), freed, quiet=True
+        )
+        return planned.plan if isinstance(planned.plan, GangPlan) else None
 
     @staticmethod
     def _placed_nodes(members: GangMembers) -> list[str]:

@@ -67,7 +67,14 @@ from extender.state.cache.pods import (
 )
 from extender.state.filter.verdicts import FilterOutcome
 
-__all__ = ["DEFAULT_NOMINATION_SECONDS", "MAX_REFUSALS", "WAITING_FOR_VICTIMS", "DevicePreemption", "PreemptionStats"]
+__all__ = [
+    "DEFAULT_NOMINATION_SECONDS",
+    "MAX_REFUSALS",
+    "WAITING_FOR_VICTIMS",
+    "ClusterIndex",
+    "DevicePreemption",
+    "PreemptionStats",
+]
 
 log = structlog.get_logger()
 
@@ -231,7 +238,7 @@ class DevicePreemption:
         excluded: set[str] = set()
         evicted: list[Victim] = []
         for _ in range(MAX_REFUSALS + 1):
-            view = _ClusterIndex(self.store.pods.values(), self.store, removed={v.uid for v in evicted})
+            view = ClusterIndex(self.store.pods.values(), self.store, removed={v.uid for v in evicted})
             choice = self._choose(claims, list(outcome.failed), view, excluded)
             if isinstance(choice, str):
                 if evicted:
@@ -261,7 +268,9 @@ class DevicePreemption:
             done: list[Victim] = []
             refused: str | None = None
             try:
-                done, refused = await self._evict(pod, claims, plan)
+                done, refused = await self.evict(
+                    f"pod {namespace}/{name}", claims.priority, f"node {plan.node}", plan.victims
+                )
             finally:
                 # The nomination waits only for pods that were evicted (or were gone already): one
                 # whose eviction failed is not coming out, and waiting for it would never end.
@@ -313,7 +322,7 @@ class DevicePreemption:
         return nomination_lifetime((v.grace_seconds for v in victims), self.nomination_seconds)
 
     def _choose(
-        self, claims: PodClaims, nodes: Sequence[str], view: _ClusterIndex, excluded: Collection[str]
+        self, claims: PodClaims, nodes: Sequence[str], view: ClusterIndex, excluded: Collection[str]
     ) -> tuple[Plan, tuple[AllocationResult, ...], set[str]] | str | None:
         """The best plan over ``nodes`` (with its allocation and the claims it frees), a text to
         wait with when claims already free will do, or None."""
@@ -337,7 +346,7 @@ class DevicePreemption:
         return next(p for p in plans if p[0] is best)
 
     def _plan_on(
-        self, claims: PodClaims, node: str, view: _ClusterIndex, excluded: Collection[str]
+        self, claims: PodClaims, node: str, view: ClusterIndex, excluded: Collection[str]
     ) -> tuple[Plan, tuple[AllocationResult, ...], set[str]] | str | None:
         """The victims on one node, with the allocation and the freed claims; a text when the
         claims of pods already gone will do; None when no set of victims helps."""
@@ -364,7 +373,7 @@ class DevicePreemption:
         """Explain's view, changing nothing: per node, the pods that would have to go for the pod to
         fit there (most important first), a text when no one needs to go (devices being freed), or
         None when no set of lower-priority pods frees enough."""
-        view = _ClusterIndex(self.store.pods.values(), self.store)
+        view = ClusterIndex(self.store.pods.values(), self.store)
         out: dict[str, list[Victim] | str | None] = {}
         for node in list(nodes)[: self.max_nodes]:
             found = self._plan_on(claims, node, view, ())
@@ -384,22 +393,24 @@ class DevicePreemption:
             return None  # a search cut short counts as "does not fit"
         return answer if isinstance(answer, Allocation) else None
 
-    async def _evict(self, pod: Mapping[str, Any], claims: PodClaims, plan: Plan) -> tuple[list[Victim], str | None]:
-        """Evict the plan's victims, the ones a PodDisruptionBudget is likeliest to protect
-        first (those with a budget-matching label are unknown here: the most important first, as
-        the reprieve kept them longest); the victims evicted, and the UID of one refused."""
-        namespace, name, _ = pod_identity(pod)
+    async def evict(
+        self, preemptor: str, priority: int, where: str, victims: Sequence[Victim]
+    ) -> tuple[list[Victim], str | None]:
+        """Evict ``victims`` for ``preemptor`` ("pod ns/name", "pod group ns/name") of
+        ``priority``, the ones a PodDisruptionBudget is likeliest to protect first (those with a
+        budget-matching label are unknown here: the most important first, as the reprieve kept
+        them longest); the victims evicted, and the UID of one refused."""
         done: list[Victim] = []
         # a budget's refusal, if it comes, comes before anything irreversible
         budgets = list(self.store.budgets.values())
         labels = {pod_uid(p): pod_labels(p) for p in self.store.pods.values()} if budgets else {}
-        risky = protected_victims(plan.victims, budgets, labels) if budgets else set()
-        ordered = [v for v in plan.victims if v.uid in risky] + [v for v in plan.victims if v.uid not in risky]
+        risky = protected_victims(victims, budgets, labels) if budgets else set()
+        ordered = [v for v in victims if v.uid in risky] + [v for v in victims if v.uid not in risky]
         for victim in ordered:
             try:
                 await self.backend.evict_pod(victim.namespace, victim.name, victim.uid)
             except EvictionRefused as exc:
-                log.info("preemption.refused", pod=f"{namespace}/{name}", victim=victim.key, reason=exc.reason)
+                log.info("preemption.refused", preemptor=preemptor, victim=victim.key, reason=exc.reason)
                 return done, victim.uid
             except ObjectNotFound:
                 done.append(victim)  # gone already: its devices are on their way
@@ -415,8 +426,7 @@ class DevicePreemption:
                 victim.uid,
                 kind="Normal",
                 reason="Preempted",
-                message=f"Preempted by pod {namespace}/{name} (priority {claims.priority}) for its devices "
-                f"on node {plan.node}",
+                message=f"Preempted by {preemptor} (priority {priority}) for its devices on {where}",
             )
         return done, None
 
@@ -432,7 +442,7 @@ class _Search:
     """``fits`` for ``choose_victims`` on one node, remembering each fitting allocation."""
 
     def __init__(
-        self, owner: DevicePreemption, claims: PodClaims, node: str, candidates: list[Victim], view: _ClusterIndex
+        self, owner: DevicePreemption, claims: PodClaims, node: str, candidates: list[Victim], view: ClusterIndex
     ) -> None:
         self.owner, self.claims, self.node, self.view = owner, claims, node, view
         self.claims_of = {v.uid: v.claims for v in candidates}
@@ -448,7 +458,7 @@ class _Search:
         return answer is not None
 
 
-class _ClusterIndex:
+class ClusterIndex:
     """One pass over pods and claims for a choice: running pods by node, claims by consumer,
     owners of unreserved claims, and claims whose consumers are all gone."""
 
@@ -459,7 +469,9 @@ class _ClusterIndex:
         self.by_node: dict[str, list[Mapping[str, Any]]] = {}
         #: pod UID -> labels (PodDisruptionBudgets select by them)
         self.labels: dict[str, Mapping[str, str]] = {}
-        present: set[str] = set()
+        #: UIDs of the pods that count as running (not removed, not going)
+        self.present: set[str] = set()
+        present = self.present
         for pod in pods:
             uid = pod_uid(pod)
             self.labels[uid] = pod_labels(pod)
@@ -491,22 +503,24 @@ class _ClusterIndex:
         """Running pods on ``node`` below ``priority`` that consume non-admin devices."""
         victims = []
         for pod in self.by_node.get(node, ()):
-            namespace, name, uid = pod_identity(pod)
-            spec = pod.get("spec") or {}
-            own_priority = pod_priority(pod)
-            if own_priority >= priority:
+            if pod_priority(pod) >= priority:
                 continue
-            keys = tuple(
-                k
-                for k in self.claims_of.get(uid, ())
-                if any(not r.admin_access for r in store.claims[k].allocation.devices)
-            )
-            if keys:
-                start = start_time(pod)
-                grace = spec.get("terminationGracePeriodSeconds")
-                grace_seconds = float(grace) if isinstance(grace, int) and not isinstance(grace, bool) else 30.0
-                victims.append(Victim(namespace, name, uid, own_priority, start, keys, grace_seconds))
+            victim = self.victim(pod, store)
+            if victim.claims:
+                victims.append(victim)
         return by_importance(victims)
+
+    def victim(self, pod: Mapping[str, Any], store: Any) -> Victim:
+        """The pod as a victim, with the claims it consumes that hold non-admin devices."""
+        namespace, name, uid = pod_identity(pod)
+        keys = tuple(
+            k
+            for k in self.claims_of.get(uid, ())
+            if any(not r.admin_access for r in store.claims[k].allocation.devices)
+        )
+        grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        grace_seconds = float(grace) if isinstance(grace, int) and not isinstance(grace, bool) else 30.0
+        return Victim(namespace, name, uid, pod_priority(pod), start_time(pod), keys, grace_seconds)
 
 
 def _keys(victims: Iterable[Victim]) -> set[str]:

@@ -58,7 +58,7 @@ from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
 from extender.state.cache.nominations import PLAN_SECONDS, PendingPlan
 from extender.state.cache.pods import bound_node, deleting, finished, pod_identity, pod_priority, pod_uid, start_time
-from extender.state.preemption.devices import DevicePreemption, _ClusterIndex
+from extender.state.preemption.devices import ClusterIndex, DevicePreemption
 
 __all__ = [
     "BUDGET_SHARE",
@@ -152,7 +152,7 @@ class PreemptVerb:
         deadline = self.clock() + BUDGET_SHARE * self.timeout_seconds
         self.cluster.refresh()
         self.cluster.nominations.expire(self.store.pods)
-        view = _ClusterIndex(self.store.pods.values(), self.store)
+        view = ClusterIndex(self.store.pods.values(), self.store)
         located = _Located(self.store.pods.values())
         order = sorted(victims, key=lambda node: len(victims[node].uids))  # stable: request order among equals
         answer: dict[str, NodeVictims] = {}
@@ -226,7 +226,7 @@ class _NodeSearch:
         claims: PodClaims,
         node: str,
         given: NodeVictims,
-        view: _ClusterIndex,
+        view: ClusterIndex,
         located: _Located,
         deadline: float,
     ) -> None:
