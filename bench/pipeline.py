@@ -45,7 +45,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -722,9 +722,11 @@ async def run_model(
     *,
     connections: int | None = None,
     before_attempt: Callable[[str, int], Awaitable[None]] | None = None,
+    groups: Mapping[str, int] | None = None,
 ) -> tuple[ModelReport, HttpExtender, dict[str, float]]:
     """One model run against ``stack``: the report, the client (its latencies) and CPU figures.
-    ``before_attempt`` goes to the model (``SchedulerModel``: a test's wait before an attempt)."""
+    ``before_attempt`` goes to the model (``SchedulerModel``: a test's wait before an attempt);
+    ``groups``: the gangs (PodGroup ``namespace/name`` -> ``minCount``) run as group cycles."""
     async with LeanClient("127.0.0.1", stack.port, connections or settings.binds_in_flight + 4) as http:
         extender = HttpExtender(http)
         model = SchedulerModel(
@@ -736,6 +738,7 @@ async def run_model(
             signature=signature,
             create=stack.create_pod,
             before_attempt=before_attempt,
+            groups=groups,
         )
         unsubscribe = stack.subscribe(model.wake)
         stack.mark_requests()

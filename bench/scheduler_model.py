@@ -20,6 +20,16 @@ over HTTP, usually):
    cycle (``bind``; at most ``binds_in_flight`` at once: the next cycle waits for a free slot) and
    go on with the next pod at once: the next ``filter`` is sent before this pod's ``bind``.
 
+**Gangs** (``groups``: PodGroup ``namespace/name`` -> ``minCount``; spec/workloads-and-gangs.md
+§3) run as *group cycles*: a member waits (PreEnqueue) until ``minCount`` members exist; popping
+one pulls every other unscheduled member out of the queues; they are tried in order (priority
+first, then when each first entered the active queue): ``filter``, ``prioritize`` when more than
+one node is left, each assumed on its node for the rest of the pass. A member without a node does
+not stop the pass; an ``Error`` ends it. When assumed and bound members reach ``minCount`` every
+assumed member's binding cycle starts (binds together); else every assumption is undone and every
+member goes to the backoff queue (retries of members are backoff only, never parked), which an idle
+scheduler pops at once; an ``Error`` sends them all to the error backoff.
+
 A failed bind forgets the assumption and sends the pod to the backoff queue (1 s, doubling per
 attempt, at most 10 s). Parked pods move back when ``wake()`` is called (a cluster event the
 scheduler watches: any pod change, as the wildcard "Extender" enqueue extension does).
@@ -41,7 +51,7 @@ import random
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -219,6 +229,16 @@ class ModelReport:
     prioritized: int = 0
     single_node_paths: int = 0
     placements: dict[str, str] = field(default_factory=dict)
+    #: group cycles run, and those that placed their gang
+    gang_passes: int = 0
+    gang_passes_placed: int = 0
+    #: extender filter calls made in group cycles, and members tried there (one per member per pass)
+    gang_filters: int = 0
+    gang_member_tries: int = 0
+    #: gangs whose bound members reached minCount, and for each the seconds from the first filter
+    #: of its first pass to that bind
+    gangs_placed: int = 0
+    gang_place_s: list[float] = field(default_factory=list)
 
     @property
     def pods_per_s(self) -> float:
@@ -247,7 +267,23 @@ class ModelReport:
             "latency_p50_s": round(self.latency(50), 3),
             "latency_p99_s": round(self.latency(99), 3),
             "elapsed_s": round(self.elapsed_s, 3),
+            **(
+                {
+                    "gangs_placed": self.gangs_placed,
+                    "gang_passes": self.gang_passes,
+                    "gang_passes_placed": self.gang_passes_placed,
+                    "filters_per_member_per_pass": round(self.filters_per_member_per_pass, 3),
+                    "gang_place_p50_s": round(percentile(self.gang_place_s, 50), 3) if self.gang_place_s else None,
+                }
+                if self.gang_passes
+                else {}
+            ),
         }
+
+    @property
+    def filters_per_member_per_pass(self) -> float:
+        """Filter calls per member and pass (1.0: each member filtered once per pass)."""
+        return self.gang_filters / self.gang_member_tries if self.gang_member_tries else 0.0
 
 
 _QUOTED = re.compile(r'"[^"]*"')
@@ -280,6 +316,11 @@ class _Pod:
     failed: bool = False
     nominated: str | None = None
     signature: str = ""
+    #: its PodGroup (``namespace/name``) when that is a gang of ``groups``; "" otherwise
+    group: str = ""
+    priority: int = 0
+    #: when it first entered the active queue (a sequence number): members are tried in that order
+    first_active: int = -1
 
 
 class SchedulerModel:
@@ -306,13 +347,15 @@ class SchedulerModel:
         signature: Callable[[dict[str, Any]], str] = lambda _pod: "",
         create: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]] | None = None,
         before_attempt: Callable[[str, int], Awaitable[None]] | None = None,
+        groups: Mapping[str, int] | None = None,
     ) -> None:
         """``create(pod)`` creates a pod in the cluster when ``arrival_rate`` is set and returns it
         as created (the API server gives it its UID). ``before_attempt(key, attempt)`` is awaited
         on the serial cycle before each scheduling attempt (``attempt`` 1 is the pod's first): a
         test holds a retry there until what the backoff's real seconds usually cover has happened
         (a driver's answer, say), so that the counts it asserts do not depend on the machine's
-        speed. None: no wait, as kube-scheduler."""
+        speed. None: no wait, as kube-scheduler. ``groups``: the gangs (PodGroup ``namespace/name``
+        -> ``minCount``) whose members run as group cycles."""
         self.extender = extender
         self.nodes = list(nodes)
         self.settings = settings
@@ -324,7 +367,22 @@ class SchedulerModel:
             meta = obj["metadata"]
             key = f"{meta.get('namespace') or 'default'}/{meta['name']}"
             nominated = (obj.get("status") or {}).get("nominatedNodeName")
-            self._pods[key] = _Pod(key, obj, self._start, nominated=nominated, signature=signature(obj))
+            spec = obj.get("spec") or {}
+            group = f"{meta.get('namespace') or 'default'}/{(spec.get('schedulingGroup') or {}).get('podGroupName')}"
+            self._pods[key] = _Pod(
+                key,
+                obj,
+                self._start,
+                nominated=nominated,
+                signature=signature(obj),
+                group=group if groups and group in groups else "",
+                priority=int(spec.get("priority") or 0),
+            )
+        self._min_count: dict[str, int] = dict(groups or {})
+        self._members: dict[str, list[str]] = {}
+        for pod in self._pods.values():
+            if pod.group:
+                self._members.setdefault(pod.group, []).append(pod.key)
         self.report = ModelReport(pods=len(self._pods))
         self._create = create
         self._before_attempt = before_attempt
@@ -345,6 +403,13 @@ class SchedulerModel:
         self._chosen_at: dict[str, int] = {}
         self._batch: tuple[str, list[str]] | None = None
         self._bound_at: list[float] = []
+        # gangs: members waiting for minCount members to exist (PreEnqueue), members with a
+        # binding cycle running or bound, and when each gang's first pass began
+        self._gated: set[str] = set()
+        self._assigned: set[str] = set()
+        self._gang_began: dict[str, float] = {}
+        for key in self._active:
+            self._activated(key)
 
     # --- events -------------------------------------------------------------------------------------
 
@@ -359,6 +424,7 @@ class SchedulerModel:
                 ready = self._backoff_end(self._pods[key])
                 if ready <= now:
                     self._active.append(key)
+                    self._activated(key)
                 else:
                     heapq.heappush(self._rejected_backoff, (ready, next(self._seq), key))
             self._parked.clear()
@@ -379,6 +445,10 @@ class SchedulerModel:
                 if idle and (creator is None or creator.done()):
                     break  # only parked pods (or none) are left, and nothing will wake them
                 await self._idle(deadline)
+                continue
+            group = self._pods[key].group
+            if group:
+                await self._group_cycle(group, key)
                 continue
             await self._slots.acquire()
             try:
@@ -403,6 +473,7 @@ class SchedulerModel:
             + len(self._error_backoff)
             + len(self._rejected_backoff)
             + len(self._arrivals)
+            + len(self._gated)
         )
         self.report.pods_with_failed_attempt = sum(1 for p in self._pods.values() if p.failed)
         return self.report
@@ -433,7 +504,18 @@ class SchedulerModel:
             pod.obj = await self._create(pod.obj)
         pod.created = time.perf_counter()
         self._active.append(pod.key)
+        self._activated(pod.key)
+        if pod.group:
+            # another member exists: gated members of its gang may now reach minCount
+            for key in sorted(k for k in self._gated if self._pods[k].group == pod.group):
+                self._gated.discard(key)
+                self._active.append(key)
         self._wake.set()
+
+    def _activated(self, key: str) -> None:
+        pod = self._pods[key]
+        if pod.first_active < 0:
+            pod.first_active = next(self._seq)
 
     def _pop(self) -> str | None:
         if self._active:
@@ -460,7 +542,7 @@ class SchedulerModel:
         count = pod.errors if pod.errors > 0 else pod.unschedulable
         if count <= 0:
             return pod.failed_at
-        duration = min(self.settings.max_backoff, self.settings.initial_backoff * 2 ** (count - 1))
+        duration = min(self.settings.max_backoff, self.settings.initial_backoff * 2 ** min(count - 1, 32))
         return self._start + math.ceil(pod.failed_at + duration - self._start)
 
     # --- one scheduling cycle -------------------------------------------------------------------------
@@ -509,6 +591,95 @@ class SchedulerModel:
             self._batch = (pod.signature, ranked[1:])
         self._assume_and_bind(pod, obj, chosen)
         return True
+
+    # --- one group cycle ------------------------------------------------------------------------------
+
+    async def _group_cycle(self, group: str, key: str) -> None:
+        """A gang's pass (module docstring): popped ``key`` and every other unscheduled member."""
+        members = self._members[group]
+        if len(members) - sum(1 for k in self._arrivals if self._pods[k].group == group) < self._min_count[group]:
+            self._gated.add(key)  # PreEnqueue: fewer than minCount members exist yet
+            return
+        tried = [self._pods[key]] + [
+            self._pods[k] for k in members if k != key and k not in self._assigned and self._take(k)
+        ]
+        tried.sort(key=lambda p: (-p.priority, p.first_active))
+        self.report.gang_passes += 1
+        self._gang_began.setdefault(group, time.perf_counter())
+        assumed: list[tuple[_Pod, dict[str, Any], str]] = []
+        rejected: list[_Pod] = []
+        error: tuple[_Pod, str] | None = None
+        for pod in tried:
+            if self._before_attempt is not None:
+                await self._before_attempt(pod.key, pod.attempts + 1)
+            pod.attempts += 1
+            self.report.attempts += 1
+            self.report.gang_member_tries += 1
+            if self.settings.cycle_seconds:
+                await asyncio.sleep(self.settings.cycle_seconds)
+            obj = self._object(pod)
+            answer = await self.extender.filter(obj, self.nodes)
+            self.report.gang_filters += 1
+            if answer.get("Error"):
+                error = (pod, failure_cause("filter", str(answer["Error"])))
+                break
+            survivors = answer.get("NodeNames") or []
+            if not survivors:
+                rejected.append(pod)
+                continue
+            if len(survivors) == 1:
+                node = survivors[0]
+            else:
+                ranked, followed = self._rank(survivors, await self.extender.prioritize(obj, survivors))
+                self.report.prioritized += 1
+                self.report.followed_extender += followed
+                node = ranked[0]
+            self._pods_on[node] = self._pods_on.get(node, 0) + 1  # assumed into the pass's snapshot
+            assumed.append((pod, obj, node))
+        for _, _, node in assumed:
+            self._pods_on[node] -= 1  # every assumption of the pass undone
+        placed = sum(1 for k in members if k in self._assigned)
+        if error is None and len(assumed) + placed >= self._min_count[group]:
+            self.report.gang_passes_placed += 1
+            for pod, obj, node in assumed:
+                await self._slots.acquire()
+                self._assigned.add(pod.key)
+                self._assume_and_bind(pod, obj, node)
+            for pod in rejected:  # the gang runs without them: retried on their own
+                self._member_back(pod, "filter: no node fits (unschedulable)")
+            return
+        if error is not None:
+            failing, cause = error
+            for pod in tried:
+                self._failed(pod, cause if pod is failing else "filter: gang pass aborted by another member's error")
+            return
+        for pod in tried:  # members are retried by backoff only, never parked
+            cause = "filter: no node fits (unschedulable)" if pod in rejected else "filter: gang pass failed"
+            self._member_back(pod, cause)
+
+    def _take(self, key: str) -> bool:
+        """Pull a member out of whichever queue holds it (kube-scheduler's PopSpecificPod); False
+        when it is in none (not created yet, or given up)."""
+        if key in self._active:
+            self._active.remove(key)
+            return True
+        for queue in (self._error_backoff, self._rejected_backoff):
+            for i, entry in enumerate(queue):
+                if entry[2] == key:
+                    queue.pop(i)
+                    heapq.heapify(queue)
+                    return True
+        for holder in (self._parked, self._gated):
+            if key in holder:
+                holder.discard(key)
+                return True
+        return False
+
+    def _gang_member_bound(self, group: str, now: float) -> None:
+        bound = sum(1 for k in self._members[group] if k in self.report.placements)
+        if bound == self._min_count[group]:
+            self.report.gangs_placed += 1
+            self.report.gang_place_s.append(now - self._gang_began.get(group, now))
 
     def _hint(self, pod: _Pod) -> str | None:
         if not self.settings.batching or self._batch is None:
@@ -570,6 +741,7 @@ class SchedulerModel:
             answer = await self.extender.bind(obj, node)
             if answer.get("Error"):
                 self._pods_on[node] -= 1  # ForgetPod
+                self._assigned.discard(pod.key)  # retried alone (no gang semantics after Permit)
                 self._failed(pod, failure_cause("bind", str(answer["Error"])))
             else:
                 now = time.perf_counter()
@@ -577,6 +749,8 @@ class SchedulerModel:
                 self.report.latencies_s.append(now - pod.created)
                 self.report.placements[pod.key] = node
                 self._bound_at.append(now)
+                if pod.group:
+                    self._gang_member_bound(pod.group, now)
                 self.wake()  # an assigned pod is an event every parked pod hears
         finally:
             task = asyncio.current_task()
@@ -584,6 +758,13 @@ class SchedulerModel:
                 self._binding.discard(task)  # before the loop wakes: it looks at this set
             self._slots.release()
             self._wake.set()
+
+    def _member_back(self, pod: _Pod, cause: str) -> None:
+        """A gang member whose pass did not bind it: the backoff queue of rejected pods."""
+        pod.errors = 0
+        pod.unschedulable += 1
+        if self._count(pod, cause):
+            heapq.heappush(self._rejected_backoff, (self._backoff_end(pod), next(self._seq), pod.key))
 
     def _count(self, pod: _Pod, cause: str) -> bool:
         """Count a failed attempt; False when the pod is given up."""

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.backends.embedded import EmbeddedBackend
-from extender.core.errors import EvictionRefused
+from extender.core.errors import ApiUnavailable, EvictionRefused
 from extender.core.preemption import Victim, VictimUnit, choose_units
 from extender.state.cache.nominations import Nomination, Nominations
 from extender.state.preemption.devices import WAITING_FOR_VICTIMS
@@ -349,3 +349,86 @@ def test_the_nominations_of_one_gang_are_not_held_against_its_members_but_agains
     assert [n.pod_key for n in nominations.held_against("uid-m0", 1000)] == ["default/solo"]
     assert len(nominations.held_against("uid-other", 1000)) == 3
     assert len(nominations.held_against("uid-solo", 1000)) == 2
+
+
+def keep_budget(name: str, apps: list[str], allowed: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"selector": {"matchExpressions": [{"key": "app", "operator": "In", "values": apps}]}},
+        "status": {"disruptionsAllowed": allowed},
+    }
+
+
+async def test_a_budget_that_would_refuse_one_of_the_needed_victims_means_nobody_is_evicted() -> None:
+    """The gang needs all four GPUs; a budget over low-1 and low-2 allows one disruption. Evicting
+    low-2 first and being refused low-1 would evict for a gang that then does not fit."""
+    c = await Cluster(full(), *gang(2, 2), keep_budget("keep", ["low-1", "low-2"], 1)).start()
+    outcome = await c.filter("m0")
+    assert not waiting(outcome) and c.evicted() == set() and not c.service.cluster.nominations
+    assert c.backend.faults.calls["evict_pod"] == 0
+
+
+@pytest.mark.parametrize("error", [EvictionRefused("a budget nobody saw"), ApiUnavailable("injected")])
+async def test_an_eviction_failing_halfway_stops_the_rest_and_holds_nothing_without_a_plan(error: Exception) -> None:
+    c = await Cluster(full(), *gang(2, 2)).start()
+    c.backend.faults.fail("evict_pod", error, after=1)  # the first eviction goes through
+    outcome = await c.filter("m0")
+    assert not waiting(outcome) and len(c.evicted()) == 1
+    assert c.backend.faults.calls["evict_pod"] == 2  # none tried after the failure
+    assert not c.service.cluster.nominations  # no complete plan without the failed unit
+    assert c.service.preemption.stats.preemptions == {"refused": 1}
+
+
+async def test_a_pass_replaced_while_the_choice_runs_evicts_nobody() -> None:
+    """Another member's filter replaced the pass the preemption began with (kube-scheduler retried
+    after a timeout, say): what was decided on the old pass is not acted on."""
+    c = await Cluster(full(), *gang(2, 2)).start()
+    gang_filter = c.service.gang_filter
+    original = gang_filter._pace
+
+    def ending_pace() -> Any:
+        step = original()
+
+        def paced() -> object:
+            if c.service.gang_preemption._running:
+                gang_filter.end_pass("default/pg")  # a member's filter starts a new pass meanwhile
+            return step()
+
+        return paced
+
+    gang_filter._pace = ending_pace
+    outcome = await c.filter("m0")
+    assert not waiting(outcome) and c.evicted() == set() and not c.service.cluster.nominations
+
+
+async def test_with_many_units_the_reprieve_starts_from_those_near_a_plan() -> None:
+    c = await Cluster(full((100, 50, 200, 60)), *gang(2, 1)).start()
+    c.service.gang_preemption.reprieve_all = 2  # 4 units: more than that
+    assert waiting(await c.filter("m1"))
+    assert len(c.evicted()) == 2  # still irreducible: one GPU per member
+
+
+async def test_devices_of_victims_not_yet_deallocated_answer_error_and_a_claim_taken_since_does_not() -> None:
+    c = await Cluster(full(), *gang(2, 2)).start()
+    await c.filter("m0")
+    # the resourceclaim controller has not deallocated low-1's claim yet
+    claim = copy.deepcopy(c.backend.get("ResourceClaim", "default", "low-1-gpu"))
+    assert claim is not None
+    claim["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpus", "driver": "gpu.example.com", "pool": "node-1", "device": "gpu-0"}]
+            }
+        }
+    }
+    claim["metadata"].pop("resourceVersion", None)
+    c.backend.apply(claim)
+    outcome = await c.filter("m1")
+    assert outcome.error == "waiting for devices of preempted pods to be deallocated for gang default/pg"
+    # a running pod took that claim since: it is not coming back, the gang is planned without it
+    c.backend.apply(prio_pod("taker", 100, "low-1-gpu"))
+    await c.bind("taker", "node-1")
+    outcome = await c.filter("m1")
+    assert not outcome.error and not waiting(outcome)

@@ -685,13 +685,10 @@ class GangFilter:
         self._hold(open_pass)
         return open_pass.node_of(uid)
 
-    def plan_released(self, group: PodGroup, freed: Iterable[str]) -> GangPlan | None:
-        """Preemption's what-if (``preemption/gangs.py``): the plan the group's open pass would
-        have with the claims ``freed`` holding nothing, over the pass's nodes, or None (no plan, or
-        the search cut short: neither proves that the gang fits)."""
-        open_pass = self.passes.get(group.key)
-        if open_pass is None:
-            return None
+    def plan_released(self, group: PodGroup, open_pass: GangPass, freed: Iterable[str]) -> GangPlan | None:
+        """Preemption's what-if (``preemption/gangs.py``): the plan ``open_pass`` would have with
+        the claims ``freed`` holding nothing, over the pass's nodes, or None (no plan, or the
+        search cut short: neither proves that the gang fits)."""
         members = self.gangs.members(group)
         resolved = [
             (uid, claims, self._member(open_pass.keys[uid], claims)) for uid, claims in open_pass.claims.items()

@@ -394,12 +394,14 @@ class DevicePreemption:
         return answer if isinstance(answer, Allocation) else None
 
     async def evict(
-        self, preemptor: str, priority: int, where: str, victims: Sequence[Victim]
+        self, preemptor: str, priority: int, where: str, victims: Sequence[Victim], *, stop_on_error: bool = False
     ) -> tuple[list[Victim], str | None]:
         """Evict ``victims`` for ``preemptor`` ("pod ns/name", "pod group ns/name") of
         ``priority``, the ones a PodDisruptionBudget is likeliest to protect first (those with a
         budget-matching label are unknown here: the most important first, as the reprieve kept
-        them longest); the victims evicted, and the UID of one refused."""
+        them longest); the victims evicted, and the UID of one refused. With ``stop_on_error`` an
+        eviction that fails otherwise stops the rest too (its UID is returned as refused): a
+        gang's victims go all together or the choice is made again."""
         done: list[Victim] = []
         # a budget's refusal, if it comes, comes before anything irreversible
         budgets = list(self.store.budgets.values())
@@ -417,6 +419,8 @@ class DevicePreemption:
                 continue
             except ExtenderError as exc:
                 log.warning("preemption.eviction_failed", victim=victim.key, reason=exc.reason)
+                if stop_on_error:
+                    return done, victim.uid
                 continue
             done.append(victim)
             self.stats.victims += 1

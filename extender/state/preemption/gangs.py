@@ -19,12 +19,18 @@ see devices either way. So when a gang's pass has proven that no joint plan exis
    first) are spared while a plan still exists (``core.preemption.choose_units``), so the least
    important go, as kube-scheduler's would. The set left is irreducible. With more than
    ``REPRIEVE_ALL_UNITS`` units, those on the nodes of the first plan are tried alone first.
-   Every check is a whole gang plan, paced on the event loop; a choice that runs past
-   ``choice_seconds`` evicts nobody (a set not reduced to the end may hold pods that need not go).
+   Every check is a whole gang plan, paced on the event loop; the choices of one preemption that
+   run past ``choice_seconds`` in all evict nobody (a set not reduced to the end may hold pods
+   that need not go). Units a PodDisruptionBudget would refuse to evict, as the store shows the
+   budgets, take no part: a refusal halfway would leave evictions for a gang that does not fit.
+   Everything is decided on the pass the preemption began with; if another member's filter
+   replaces it meanwhile, nothing more is evicted.
 4. **The action**: one nomination per planned member (tagged with the group: they are one plan
    and never held against each other), every member's ``status.nominatedNodeName``, then the
-   evictions through the Eviction API; a PodDisruptionBudget's refusal takes that unit out of the
-   candidates and the choice is made again (at most ``MAX_REFUSALS`` times).
+   evictions through the Eviction API. One that fails anyway (a budget the store did not show
+   yet, an API error) stops the rest; that unit is left out and the choice made again, the pods
+   evicted counting as gone (at most ``MAX_REFUSALS`` times). Without a complete plan then, the
+   nominations go.
 5. **Waiting**: while the victims go, every member is answered ``waiting for preempted pods to
    release devices`` (as ``Error`` when the pass backs off: an idle kube-scheduler would
    otherwise retry the gang back to back); victims gone but claims not yet deallocated answer
@@ -41,12 +47,13 @@ import structlog
 
 from extender.core.errors import ExtenderError
 from extender.core.gangplan import GangPlan
+from extender.core.model import ResourceClaim
 from extender.core.podgroups import PodGroup
 from extender.core.preemption import VictimUnit, by_importance, choose_units, protected_victims, released
 from extender.state import cooperative
 from extender.state.cache.nominations import HARD_LIFETIME_FACTOR, Nomination, nomination_lifetime
 from extender.state.cache.pods import deleting, finished, nominated_node, pod_group_name, pod_priority, pod_uid
-from extender.state.filter.gangs import GangFilter
+from extender.state.filter.gangs import GangFilter, GangPass
 from extender.state.filter.verdicts import FilterOutcome
 from extender.state.preemption.devices import MAX_REFUSALS, WAITING_FOR_VICTIMS, ClusterIndex, DevicePreemption
 
@@ -54,8 +61,9 @@ __all__ = ["GANG_CHOICE_SECONDS", "MAX_GANG_UNITS", "REPRIEVE_ALL_UNITS", "GangP
 
 log = structlog.get_logger()
 
-#: How long one choice may take (each check is a whole gang plan, paced on the event loop).
-GANG_CHOICE_SECONDS = 5.0
+#: How long one preemption's choices may take in all (each check is a whole gang plan, paced on
+#: the event loop); well inside kube-scheduler's default extender ``httpTimeout`` (5 s).
+GANG_CHOICE_SECONDS = 2.0
 #: Most victim units a choice looks at (the least important ones are kept).
 MAX_GANG_UNITS = 64
 #: Up to this many units the reprieve looks at all of them (the least important go, wherever
@@ -110,7 +118,7 @@ class GangPreemption:
             return outcome
         self._running.add(group.key)
         try:
-            return await self._preempt(group, node_names, outcome)
+            return await self._preempt(group, open_pass, node_names, outcome)
         finally:
             self._running.discard(group.key)
 
@@ -137,13 +145,14 @@ class GangPreemption:
                 return FilterOutcome([], error=text)  # the pass backs off: so does the wait
             return FilterOutcome([], failed=dict.fromkeys(node_names, text), unresolvable=dict(outcome.unresolvable))
         freed = {key for n in standing for key in n.freed}
-        if any((claim := self.store.claims.get(key)) is not None and claim.allocation for key in freed):
+        if any(self._being_freed(key, present) for key in freed):
             return FilterOutcome(
                 [], error=f"waiting for devices of preempted pods to be deallocated for gang {group.key}"
             )
         if one_node_try:
             return outcome  # the full request follows
-        if self.gang_filter.plan_released(group, ()) is not None:
+        open_pass = self.gang_filter.passes.get(group.key)
+        if open_pass is not None and self.gang_filter.plan_released(group, open_pass, ()) is not None:
             # the pass was planned before the devices came free: the next one plans with them
             self.gang_filter.end_pass(group.key)
             text = f"gang {group.key}: the devices of preempted pods are free; the next pass places the gang"
@@ -153,22 +162,39 @@ class GangPreemption:
             self.nominations.drop(nomination.pod_uid)
         return outcome
 
-    async def _preempt(self, group: PodGroup, node_names: Sequence[str], outcome: FilterOutcome) -> FilterOutcome:
-        """Choose, evict, and choose again without a unit a PodDisruptionBudget protects; pods
-        evicted by an earlier round count as gone, and the nominations wait for them all."""
+    def _being_freed(self, key: str, present: Collection[str]) -> bool:
+        """Whether a claim a victim held is still allocated with no consumer left (the
+        resourceclaim controller has yet to deallocate it); one a running pod took since is not
+        coming back."""
+        claim = self.store.claims.get(key)
+        if claim is None or claim.allocation is None:
+            return False
+        return all(ref.uid not in present for ref in claim.reserved_for)
+
+    async def _preempt(
+        self, group: PodGroup, open_pass: GangPass, node_names: Sequence[str], outcome: FilterOutcome
+    ) -> FilterOutcome:
+        """Choose, evict, and choose again without a unit whose eviction was refused; pods evicted
+        by an earlier round count as gone. All rounds share one deadline, and everything is
+        decided on ``open_pass``: if another member's filter replaces or ends it meanwhile, this
+        preemption stops (evicting nobody more)."""
         stats = self.preemption.stats
         excluded: set[str] = set()
         evicted: list[Any] = []
+        deadline = self.cluster.clock() + self.choice_seconds
+        cut = False
+        claims_before: dict[str, ResourceClaim] = {}
         for _ in range(MAX_REFUSALS + 1):
             view = ClusterIndex(self.store.pods.values(), self.store, removed={v.uid for v in evicted})
             try:
-                choice = await cooperative.run(self._choose, group, view, excluded)
+                choice = await cooperative.run(self._choose, group, open_pass, view, excluded, deadline)
             except _OutOfTime:
                 log.info("preemption.gang_choice_cut", group=group.key, seconds=self.choice_seconds)
                 stats.count("budget")
-                choice = None
-                if not evicted:
-                    return outcome
+                choice, cut = None, True
+            if self.gang_filter.passes.get(group.key) is not open_pass:
+                log.info("preemption.gang_pass_replaced", group=group.key)
+                choice = None  # a newer pass answers for the gang now: nothing more is evicted here
             if isinstance(choice, str):
                 if evicted:
                     break  # what was evicted is enough: wait for it
@@ -180,19 +206,27 @@ class GangPreemption:
                 await self.backend.ensure_leader()
             except ExtenderError as exc:
                 return FilterOutcome([], error=f"preemption for gang {group.key} needed, but {exc.reason}")
+            if self.gang_filter.passes.get(group.key) is not open_pass:
+                break
             victims = by_importance(v for unit in units for v in unit.victims)
-            standing = self._nominate(group, plan, priority, (*evicted, *victims))
+            standing = self._nominate(group, open_pass, plan, priority, (*evicted, *victims))
             where = "nodes " + ", ".join(sorted({p.node for p in plan.placements}))
+            # the victims' claims as they are before the evictions (a backend may deallocate at once)
+            for key in {key for v in victims for key in v.claims} - set(claims_before):
+                if (claim := self.store.claims.get(key)) is not None:
+                    claims_before[key] = claim
             done: list[Any] = []
             refused: str | None = None
             try:
-                done, refused = await self.preemption.evict(f"pod group {group.key}", priority, where, victims)
+                done, refused = await self.preemption.evict(
+                    f"pod group {group.key}", priority, where, victims, stop_on_error=True
+                )
             finally:
                 # as for one pod: wait only for the pods that went (or were gone already)
                 evicted += done
                 went = tuple(by_importance({v.uid: v for v in evicted}.values()))
                 keys = {key for v in went for key in v.claims}
-                freed = frozenset(released({v.uid for v in went}, self.store.claims, view.owners, keys))
+                freed = frozenset(released({v.uid for v in went}, claims_before, view.owners, keys))
                 for nomination in standing:
                     nomination.victims, nomination.freed = went, freed
             if refused is None:
@@ -202,28 +236,31 @@ class GangPreemption:
                 return await self._started(group, plan, node_names)
             stats.count("refused")
             excluded.update(unit.key for unit in units if refused in unit.uids)
-        if evicted and self.nominations.of_group(group.key):
-            # a refusal after some evictions and no complete plan since: the nominations keep
-            # what the evicted pods free and wait for them (as for one pod)
-            return await self._started(group, None, node_names)
+        # no complete plan (any more): hold nothing for the gang. Pods evicted before a refusal
+        # nobody foresaw are gone all the same; the next pass plans with what they freed.
         self._drop(group)
-        stats.count("none")
+        if not evicted and not cut:
+            stats.count("none")
         return outcome
 
     # --- the choice (synchronous, under ``cooperative.run``) -------------------------------------
 
     def _choose(
-        self, group: PodGroup, view: ClusterIndex, excluded: Collection[str]
+        self, group: PodGroup, open_pass: GangPass, view: ClusterIndex, excluded: Collection[str], deadline: float
     ) -> tuple[list[VictimUnit], GangPlan, int] | str | None:
         """The units to evict, the plan they make possible and the gang's priority; a text to
         wait with when claims already on their way back make the plan; None when nothing helps.
-        Raises ``_OutOfTime``."""
-        open_pass = self.gang_filter.passes.get(group.key)
-        if open_pass is None:
-            return None
+        Units whose eviction a PodDisruptionBudget would refuse, as the store shows the budgets,
+        are left out before anything is evicted (a refusal halfway would leave evictions for a
+        gang that does not fit). Raises ``_OutOfTime``."""
         priority = self.gang_filter.priority(group, open_pass.claims.values())
         units = self._units(group, priority, [n.name for n in open_pass.nodes], view, excluded)
-        search = _Search(self, group, view, units, self.cluster.clock() + self.choice_seconds)
+        budgets = list(self.store.budgets.values())
+        if budgets:
+            refused = protected_victims([v for u in units for v in u.victims], budgets, view.labels)
+            # the budgets' allowances are spent most important first: what is left over is refused
+            units = [u for u in units if not (u.uids & refused)] if refused else units
+        search = _Search(self, group, open_pass, view, units, deadline)
         if view.gone_claims and search.fits(frozenset()):
             return f"waiting for devices of deleted pods to be deallocated for gang {group.key}"
         if not units or not search.fits(_uids(units)):
@@ -236,12 +273,7 @@ class GangPreemption:
             near = [u for u in units if u.nodes & plan_nodes]
             if near and len(near) < len(units) and search.fits(_uids(near)):
                 start = near
-        budgets = list(self.store.budgets.values())
-        protected: set[str] = set()
-        if budgets:
-            risky = protected_victims([v for u in start for v in u.victims], budgets, view.labels)
-            protected = {u.key for u in start if u.uids & risky}
-        chosen = choose_units(search.fits, start, protected=protected)
+        chosen = choose_units(search.fits, start)
         if chosen is None:
             return None  # the gang fits with nobody removed (the cluster changed): no preemption
         return chosen, search.plan(_uids(chosen)), priority
@@ -294,12 +326,13 @@ class GangPreemption:
 
     # --- the action ---------------------------------------------------------------------------
 
-    def _nominate(self, group: PodGroup, plan: GangPlan, priority: int, victims: Sequence[Any]) -> list[Nomination]:
+    def _nominate(
+        self, group: PodGroup, open_pass: GangPass, plan: GangPlan, priority: int, victims: Sequence[Any]
+    ) -> list[Nomination]:
         """One nomination per planned member (the PodGroup's claims with the first), recorded
         before the evictions so that what they free is held at once; any older ones of the group
         replaced."""
         self._drop(group)
-        open_pass = self.gang_filter.passes[group.key]
         uid_of = {key: uid for uid, key in open_pass.keys.items()}
         lifetime = nomination_lifetime((v.grace_seconds for v in victims), self.preemption.nomination_seconds)
         now = self.nominations.clock()
@@ -327,7 +360,7 @@ class GangPreemption:
         for nomination in self.nominations.of_group(group.key):
             self.nominations.drop(nomination.pod_uid)
 
-    async def _started(self, group: PodGroup, plan: GangPlan | None, node_names: Sequence[str]) -> FilterOutcome:
+    async def _started(self, group: PodGroup, plan: GangPlan, node_names: Sequence[str]) -> FilterOutcome:
         """Events on the members, their ``nominatedNodeName`` (kube-scheduler keeps their CPU and
         memory on those nodes too), and the waiting answer."""
         standing = self.nominations.of_group(group.key)
@@ -356,7 +389,7 @@ class GangPreemption:
             group=group.key,
             members={n.pod_key: n.node for n in standing},
             victims=sorted(victims[uid].key for uid in victims),
-            planned=plan is not None,
+            nodes=sorted({p.node for p in plan.placements}),
         )
         text = f"{WAITING_FOR_VICTIMS} for gang {group.key} ({len(victims)} being evicted)"
         return FilterOutcome([], failed=dict.fromkeys(node_names, text))
@@ -367,9 +400,15 @@ class _Search:
     remembered (with its plan); raises ``_OutOfTime`` past the deadline."""
 
     def __init__(
-        self, owner: GangPreemption, group: PodGroup, view: ClusterIndex, units: Sequence[VictimUnit], deadline: float
+        self,
+        owner: GangPreemption,
+        group: PodGroup,
+        open_pass: GangPass,
+        view: ClusterIndex,
+        units: Sequence[VictimUnit],
+        deadline: float,
     ) -> None:
-        self.owner, self.group, self.view, self.deadline = owner, group, view, deadline
+        self.owner, self.group, self.open_pass, self.view, self.deadline = owner, group, open_pass, view, deadline
         self.clock: Callable[[], float] = owner.cluster.clock
         self.claims_of = {v.uid: v.claims for u in units for v in u.victims}
         self.found: dict[frozenset[str], GangPlan | None] = {}
@@ -381,7 +420,7 @@ class _Search:
             keys = {key for uid in removed for key in self.claims_of.get(uid, ())}
             store = self.owner.store
             freed = released(removed, store.claims, self.view.owners, keys) | self.view.gone_claims
-            self.found[removed] = self.owner.gang_filter.plan_released(self.group, freed)
+            self.found[removed] = self.owner.gang_filter.plan_released(self.group, self.open_pass, freed)
         return self.found[removed] is not None
 
     def plan(self, removed: frozenset[str]) -> GangPlan:
