@@ -6,9 +6,13 @@ and ``scheduling.k8s.io/v1alpha2``), and per profile a fresh copy of the same cl
 gangs (``--seed``):
 
 - nodes of 8 GPUs each, a random number of them h100 and the rest a100 (so nodes differ);
-- gangs of 2-4 members (``minCount`` = size), each member asking 2 or 4 GPUs through a template
-  claim, either of any model or h100 only; members of both kinds in one gang are what one member at
-  a time gets wrong (kubernetes#138765: an "any" member takes the h100s an "h100" member needed).
+- with ``--fragment P`` each GPU is taken, with probability P, by a running pod outside any gang
+  (its claim allocated to that very GPU and the pod bound there directly, so both profiles start
+  from the same fragmented cluster);
+- gangs of ``--sizes`` members (``minCount`` = size; default 2-4), each member asking one of
+  ``--gpus`` GPUs (default 2 or 4) through a template claim, either of any model or h100 only;
+  members of both kinds in one gang are what one member at a time gets wrong (kubernetes#138765:
+  an "any" member takes the h100s an "h100" member needed).
 
 All pods are created at once; the run ends when every gang is placed or nothing has been bound for
 ``--quiet`` seconds (``--time-limit`` at most). Reported per profile: gangs placed, members bound,
@@ -17,7 +21,8 @@ the end (held idle), time from creation to a gang's last bind (p50 / max), and C
 kube-scheduler and the extender over the run. One run per profile, on whatever else the machine
 does.
 
-Usage: ``KUBEBUILDER_ASSETS=... python -m bench.gangs [--nodes 12 --gangs 10 --seed 1]``.
+Usage: ``KUBEBUILDER_ASSETS=... python -m bench.gangs [--nodes 12 --gangs 10 --seed 1]``; the
+issue's shape: ``--nodes 32 --gangs 5 --sizes 2-16 --gpus 4,8 --fragment 0.15``.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from bench.common import cpu_seconds
 GANG_GATES = "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true"
 PODGROUPS = "scheduling.k8s.io/v1alpha2"
 GPUS_PER_NODE = 8
+#: Name prefix of the pods (and claims) that fragment the cluster (``--fragment``).
+FILLER = "busy-"
 
 
 @dataclass(frozen=True)
@@ -56,17 +63,32 @@ class Gang:
 class Workload:
     h100_per_node: tuple[int, ...]
     gangs: tuple[Gang, ...]
+    #: per node, the GPU indexes taken by pods outside any gang (``--fragment``)
+    taken: tuple[tuple[int, ...], ...] = ()
 
 
-def workload(nodes: int, gangs: int, seed: int) -> Workload:
+def workload(
+    nodes: int,
+    gangs: int,
+    seed: int,
+    *,
+    sizes: tuple[int, int] = (2, 4),
+    gpus: tuple[int, ...] = (2, 4),
+    fragment: float = 0.0,
+) -> Workload:
     rng = random.Random(seed)
     h100 = tuple(rng.randint(0, 4) for _ in range(nodes))
     made = []
     for g in range(gangs):
-        size = rng.randint(2, 4)
-        members = tuple(Member(f"g{g}-m{m}", rng.choice((2, 4)), h100_only=rng.random() < 0.4) for m in range(size))
+        size = rng.randint(*sizes)
+        members = tuple(Member(f"g{g}-m{m}", rng.choice(gpus), h100_only=rng.random() < 0.4) for m in range(size))
         made.append(Gang(f"g{g}", members))
-    return Workload(h100, tuple(made))
+    taken = (
+        tuple(tuple(i for i in range(GPUS_PER_NODE) if rng.random() < fragment) for _ in range(nodes))
+        if fragment
+        else ()
+    )
+    return Workload(h100, tuple(made), taken)
 
 
 @dataclass
@@ -81,7 +103,8 @@ class Outcome:
 
 
 def _populate(scenario: Any, load: Workload, scheduler_name: str) -> None:
-    for node, h100 in zip(scenario.nodes(len(load.h100_per_node)), load.h100_per_node, strict=True):
+    nodes = scenario.nodes(len(load.h100_per_node))
+    for node, h100 in zip(nodes, load.h100_per_node, strict=True):
         devices = [
             {"name": f"gpu-{i}", "attributes": {"model": {"string": "h100" if i < h100 else "a100"}}}
             for i in range(GPUS_PER_NODE)
@@ -89,7 +112,8 @@ def _populate(scenario: Any, load: Workload, scheduler_name: str) -> None:
         scenario.slice(node, devices)
     any_gpu = scenario.device_class("any")
     h100_gpu = scenario.device_class("h100", cel=f'device.attributes["{scenario.driver}"].model == "h100"')
-    for count in (2, 4):
+    _fragment(scenario, load, nodes, any_gpu)
+    for count in sorted({m.gpus for g in load.gangs for m in g.members}):
         scenario.template(f"any-{count}", any_gpu, count=count)
         scenario.template(f"h100-{count}", h100_gpu, count=count)
     for gang in load.gangs:
@@ -126,16 +150,60 @@ def _populate(scenario: Any, load: Workload, scheduler_name: str) -> None:
             )
 
 
+def _fragment(scenario: Any, load: Workload, nodes: list[str], device_class: str) -> None:
+    """The GPUs ``load.taken`` names, each held by a running pod outside any gang: its claim
+    allocated to that GPU and reserved for the pod, the pod bound to the node directly (no
+    scheduler decides where they go)."""
+    for node, taken in zip(nodes, load.taken, strict=False):
+        for index in taken:
+            name = f"{FILLER}{node}-{index}"
+            scenario.claim(name, device_class)
+            made = scenario.create(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "metadata": {"name": name, "namespace": scenario.namespace},
+                    "spec": {
+                        "nodeName": node,
+                        "terminationGracePeriodSeconds": 0,
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "registry.k8s.io/pause:3.10",
+                                "resources": {"claims": [{"name": "gpus"}]},
+                            }
+                        ],
+                        "resourceClaims": [{"name": "gpus", "resourceClaimName": name}],
+                    },
+                }
+            )
+            result = {"request": "gpus", "driver": scenario.driver, "pool": node, "device": f"gpu-{index}"}
+            on_node = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            scenario.admin.merge_patch(
+                f"/apis/resource.k8s.io/v1/namespaces/{scenario.namespace}/resourceclaims/{name}/status",
+                {
+                    "status": {
+                        "allocation": {
+                            "devices": {"results": [result]},
+                            "nodeSelector": {"nodeSelectorTerms": [on_node]},
+                        },
+                        "reservedFor": [{"resource": "pods", "name": name, "uid": made["metadata"]["uid"]}],
+                    }
+                },
+            )
+
+
 def _observe(scenario: Any, load: Workload, started: float, quiet: float, limit: float) -> Outcome:
     """Poll until every gang is placed, nothing was bound for ``quiet`` s, or ``limit`` s passed."""
     done: dict[str, float] = {}
     bound_at: dict[str, float] = {}
+    members = {m.name for g in load.gangs for m in g.members}
     last_change = time.monotonic()
     while True:
         pods = {p["metadata"]["name"]: p for p in scenario.admin.items(f"/api/v1/namespaces/{scenario.namespace}/pods")}
         now = time.monotonic()
         for name, pod in pods.items():
-            if pod["spec"].get("nodeName") and name not in bound_at:
+            if name in members and pod["spec"].get("nodeName") and name not in bound_at:
                 bound_at[name] = now
                 last_change = now
         for gang in load.gangs:
@@ -149,7 +217,7 @@ def _observe(scenario: Any, load: Workload, started: float, quiet: float, limit:
     for claim in scenario.claims():
         allocation = (claim.get("status") or {}).get("allocation")
         owner = next((r["name"] for r in claim["metadata"].get("ownerReferences") or []), "")
-        if allocation and owner not in bound_at:
+        if allocation and owner not in bound_at and not claim["metadata"]["name"].startswith(FILLER):
             out.idle_gpus += len(allocation["devices"]["results"])
     return out
 
@@ -191,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=12)
     parser.add_argument("--gangs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--sizes", default="2-4", help="members per gang, lowest-highest")
+    parser.add_argument("--gpus", default="2,4", help="GPUs a member may ask for, one chosen at random")
+    parser.add_argument("--fragment", type=float, default=0.0, help="chance that a GPU is taken beforehand")
     parser.add_argument("--quiet", type=float, default=20.0, help="end after this long without a bind (s)")
     parser.add_argument("--time-limit", type=float, default=180.0, help="end after this long at most (s)")
     args = parser.parse_args(argv)
@@ -204,7 +275,15 @@ def main(argv: list[str] | None = None) -> int:
     except AssetsMissing as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    load = workload(args.nodes, args.gangs, args.seed)
+    low, _, high = args.sizes.partition("-")
+    load = workload(
+        args.nodes,
+        args.gangs,
+        args.seed,
+        sizes=(int(low), int(high or low)),
+        gpus=tuple(int(g) for g in args.gpus.split(",")),
+        fragment=args.fragment,
+    )
     options = Options(
         feature_gates=f"{FEATURE_GATES},{GANG_GATES}", runtime_config=f"{RUNTIME_CONFIG},{PODGROUPS}=true"
     )
@@ -219,9 +298,11 @@ def main(argv: list[str] | None = None) -> int:
     members = sum(len(g.members) for g in load.gangs)
     demand = sum(m.gpus for g in load.gangs for m in g.members)
     h100_demand = sum(m.gpus for g in load.gangs for m in g.members if m.h100_only)
+    taken = sum(len(t) for t in load.taken)
     print(
-        f"{args.nodes} nodes x {GPUS_PER_NODE} GPUs ({sum(load.h100_per_node)} h100), {args.gangs} gangs, "
-        f"{members} members asking {demand} GPUs ({h100_demand} h100 only); seed {args.seed}\n"
+        f"{args.nodes} nodes x {GPUS_PER_NODE} GPUs ({sum(load.h100_per_node)} h100, {taken} taken beforehand), "
+        f"{args.gangs} gangs of {args.sizes} members asking {args.gpus} GPUs each, {members} members asking "
+        f"{demand} GPUs ({h100_demand} h100 only); seed {args.seed}\n"
     )
     print("| profile | gangs placed | members bound | partial gangs | GPUs held idle | time to place p50 / max s "
           "| run s | kube-scheduler CPU s | extender CPU s |")  # fmt: skip

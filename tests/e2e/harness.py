@@ -323,8 +323,9 @@ class Scenario:
         self._made.append(doc)
         return made
 
-    def nodes(self, count: int, *, labels: Mapping[str, str] | None = None) -> list[str]:
-        names = [f"{self.prefix}-node-{i}" for i in range(1, count + 1)]
+    def nodes(self, count: int, *, labels: Mapping[str, str] | None = None, first: int = 1) -> list[str]:
+        """``count`` Ready nodes ``<prefix>-node-<first>``..., with ``labels``."""
+        names = [f"{self.prefix}-node-{i}" for i in range(first, first + count)]
         self.deployment.plane.add_nodes(names, labels=labels)
         self._made += [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}} for n in names]
         return names

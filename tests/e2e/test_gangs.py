@@ -20,7 +20,9 @@ from tests.controlplane.cluster import FEATURE_GATES, RUNTIME_CONFIG, ControlPla
 from tests.e2e.harness import IN_TREE, SCHEDULER_NAME, Deployment, Scenario
 from tests.e2e.kubelet import HIGH, KUBELET, LOW, TOP, kubelet_done, priority_classes, run_pod, terminating
 
-GANG_GATES = "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true"
+GANG_GATES = (
+    "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true"
+)
 PODGROUPS = "scheduling.k8s.io/v1alpha2"
 IN_TREE_GANGS = "kube-scheduler-in-tree-gangs"
 
@@ -529,12 +531,55 @@ def test_a_gang_that_would_still_not_fit_evicts_nobody(gangs: Scenario) -> None:
         pod_group(gangs, "trainers", 2)
         for i in range(2):
             member(gangs, f"w{i}", "trainers", template="two", priority=classes[HIGH])
-        # the extender decides on preemption before it answers: once a pass has been answered, it has
-        event = gangs.event("w0", "FailedScheduling")
-        assert "0 of 2 waiting members fit together" in event["message"], event["message"]
+        # the extender decides on preemption before it answers: once a pass with both members has
+        # been answered, it has (a first pass may come before the extender's watch shows w1)
+        eventually(
+            lambda: [
+                e
+                for e in gangs.events_for("w0", "FailedScheduling")
+                if "0 of 2 waiting members fit together" in e["message"]
+            ],
+            what="a pass of both members refused",
+        )
         assert not any(terminating(gangs, name) for name in holders)
         assert not gangs.events_for("a-0", "Preempted") and not gangs.events_for("a-1", "Preempted")
         assert not any(gangs.get_pod(f"w{i}")["spec"].get("nodeName") for i in range(2))
     finally:
         for name in holders:
             kubelet_done(gangs, name)
+
+
+def test_with_topology_aware_scheduling_on_the_gang_lands_in_the_placement_the_extender_planned(
+    gangs: Scenario, gang_deployment: Deployment
+) -> None:
+    """TopologyAwareWorkloadScheduling on: kube-scheduler tries each rack as a placement in one cycle
+    and binds the one it scores best. Both racks could hold the gang; the extender plans the first
+    placement it is offered and refuses the others (``placed in <key>=<rack>``), so the rack the gang
+    lands in is the one its plan (and its holds) were made for."""
+    key = f"{gangs.prefix}.example.com/rack"
+    nodes = {rack: gangs.nodes(2, labels={key: rack}, first=1 + 2 * i) for i, rack in enumerate(("r1", "r2"))}
+    for names in nodes.values():
+        for name in names:
+            gangs.gpus(name, 2)
+    gangs.template("two-gpus", gangs.device_class(), count=2)
+    gangs.create(
+        {
+            "apiVersion": PODGROUPS,
+            "kind": "PodGroup",
+            "metadata": {"name": "racked", "namespace": gangs.namespace},
+            "spec": {
+                "schedulingPolicy": {"gang": {"minCount": 2}},
+                "schedulingConstraints": {"topology": [{"key": key}]},
+            },
+        }
+    )
+    group = gangs.admin.get(f"/apis/{PODGROUPS}/namespaces/{gangs.namespace}/podgroups/racked")
+    assert group["spec"].get("schedulingConstraints"), "the API server dropped the constraints: gate off?"
+    for i in range(2):
+        member(gangs, f"w{i}", "racked", template="two-gpus")
+    placed = {gangs.bound(f"w{i}") for i in range(2)}
+    racks = {rack for rack, names in nodes.items() if placed & set(names)}
+    assert len(racks) == 1 and len(placed) == 2, (placed, nodes)
+    (pair,) = gang_deployment.pairs
+    pass_ = pair.extender.get(f"/debug/podgroups/{gangs.namespace}/racked")["pass"]
+    assert pass_["domain"] == racks.pop(), pass_

@@ -304,6 +304,32 @@ def test_a_placed_member_fixes_the_gangs_rack() -> None:
     assert chosen == {"n3", "n4"}
 
 
+async def test_kube_schedulers_topology_placements_after_the_planned_one_are_refused_and_the_plan_kept() -> None:
+    """TopologyAwareWorkloadScheduling on: one cycle tries each rack as a placement, then binds the
+    one it scores best. r1's placement is planned first; r2's (which could hold the gang as well)
+    is refused without a new pass, so the plan's holds stay and its binds go through the barrier."""
+    racks = {"n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2"}
+    svc = service(racked(2, 2, racks))
+    first = [svc.filter(member(f"m{i}", "pg", f"c{i}"), ["n1", "n2"]).node_names for i in range(2)]
+    assert sorted(n for nodes in first for n in nodes) == ["n1", "n2"]
+    open_pass = svc.gang_filter.passes["default/pg"]
+    holds = sorted((e.pod_uid, e.node) for e in svc.ledger)
+    for i in range(2):
+        refused = svc.filter(member(f"m{i}", "pg", f"c{i}"), ["n3", "n4"])
+        assert refused.node_names == [] and set(refused.failed.values()) == {
+            "gang default/pg placed in example.com/rack=r1"
+        }
+    assert svc.gang_filter.passes["default/pg"] is open_pass and svc.stats.gang_plans == {"found": 1}
+    assert sorted((e.pod_uid, e.node) for e in svc.ledger) == holds
+    await asyncio.gather(*(svc.bind("default", f"m{i}", f"uid-m{i}", first[i][0]) for i in range(2)))
+    assert svc.stats.gang_barrier == {"opened": 1}
+    # the next cycle offering r1 again starts a new pass as before
+    fresh = service(racked(2, 2, racks))
+    fresh.filter(member("m0", "pg", "c0"), ["n1", "n2"])
+    fresh.filter(member("m0", "pg", "c0"), ["n1", "n2"])
+    assert fresh.stats.gang_plans == {"found": 2}
+
+
 def three_nodes_one_gpu(*models: str) -> list[dict[str, Any]]:
     objects = [*cluster(nodes=0)]
     for i, model in enumerate(models, start=1):

@@ -176,6 +176,9 @@ class GangFilter:
             return None
         uid = pod_uid(pod)
         open_pass = self.passes.get(group.key)
+        elsewhere = self._placed_elsewhere(group, open_pass, node_names)
+        if elsewhere is not None:
+            return elsewhere
         if (
             open_pass is None
             or (uid in open_pass.answered and uid not in open_pass.carried)
@@ -187,6 +190,25 @@ class GangFilter:
                 return None
         open_pass.carried.discard(uid)
         return self._answer(group, members, open_pass, pod, node_names)
+
+    def _placed_elsewhere(
+        self, group: PodGroup, open_pass: GangPass | None, node_names: Sequence[str]
+    ) -> FilterOutcome | None:
+        """kube-scheduler's topology-aware passes (TopologyAwareWorkloadScheduling on) offer each
+        domain of the group's key in turn, one placement after the other in one cycle, then bind
+        the placement it scores best. While the open pass has a plan in domain D, a request whose
+        nodes hold none of D is another placement: it is refused (``gang <ns/pg> placed in
+        <key>=<D>``) without a new pass, so the plan's holds stay and the one placement left
+        feasible is the plan's. None otherwise (no key, no plan, held no longer, or D offered)."""
+        key = group.topology_key
+        if not key or open_pass is None or open_pass.plan is None or open_pass.domain is None:
+            return None
+        if self.clock() - open_pass.started_at >= self.hold_seconds:
+            return None
+        if any(self.store.node(name).labels.get(key) == open_pass.domain for name in node_names):
+            return None
+        reason = f"gang {group.key} placed in {key}={open_pass.domain}"
+        return FilterOutcome([], failed=dict.fromkeys(node_names, reason))
 
     def _carried(self, open_pass: GangPass | None, uid: str) -> dict[str, str | None]:
         """Nodes already answered that may belong to kube-scheduler's current pass when a new pass
