@@ -7,7 +7,7 @@ so its CPU is its own) on the workload of ``bench.gangs`` (``--nodes`` nodes of 
 a claim of its own. Two runs:
 
 - **placement**: every gang's members through group cycles, all pods there at the start; reported:
-  gangs placed, group passes (and those that placed their gang), filter calls per member per pass,
+  gangs placed, group passes (and those that placed their gang), extender calls per member per pass,
   time from a gang's first filter to its minCount-th bind (p50 / max), pods/s, extender CPU;
 - **infeasible**: one gang that never fits (3 members of 8 GPUs on 2 nodes) for ``--seconds``: the
   passes the model runs (an idle kube-scheduler pops a rejected member from the backoff queue at
@@ -127,7 +127,7 @@ def _placement_row(report: ModelReport, cpu: float, gangs: int) -> str:
     place = f"{percentile(times, 50):.2f} / {max(times):.2f}" if times else "—"
     return (
         f"| {report.gangs_placed}/{gangs} | {report.bound}/{report.pods} | {report.gang_passes} "
-        f"({report.gang_passes_placed} placed) | {report.filters_per_member_per_pass:.2f} | {place} | "
+        f"({report.gang_passes_placed} placed) | {report.calls_per_member_per_pass:.2f} | {place} | "
         f"{report.pods_per_s:.1f} | {cpu:.2f} |"
     )
 
@@ -140,7 +140,7 @@ async def main_async(nodes: int, gangs: int, seed: int, seconds: float) -> None:
         f"placement: {nodes} nodes x {GPUS_PER_NODE} GPUs ({sum(load.h100_per_node)} h100), {gangs} gangs, "
         f"{members} members; seed {seed}\n"
     )
-    print("| gangs placed | members bound | group passes | filters per member per pass | "
+    print("| gangs placed | members bound | group passes | extender calls per member per pass | "
           "first filter to minCount-th bind p50 / max s | pods/s | extender CPU s |")  # fmt: skip
     print("|---:|---:|---|---:|---|---:|---:|")
     report, cpu = await _run(cluster, groups, SETTINGS, [])

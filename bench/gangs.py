@@ -81,7 +81,7 @@ def workload(
     made = []
     for g in range(gangs):
         size = rng.randint(*sizes)
-        members = tuple(Member(f"g{g}-m{m}", rng.choice(gpus), h100_only=rng.random() < 0.4) for m in range(size))
+        members = tuple(_member(f"g{g}-m{m}", rng, gpus) for m in range(size))
         made.append(Gang(f"g{g}", members))
     taken = (
         tuple(tuple(i for i in range(GPUS_PER_NODE) if rng.random() < fragment) for _ in range(nodes))
@@ -89,6 +89,14 @@ def workload(
         else ()
     )
     return Workload(h100, tuple(made), taken)
+
+
+def _member(name: str, rng: random.Random, gpus: tuple[int, ...]) -> Member:
+    """A member of ``gpus`` GPUs (one of them at random), h100 only 40 % of the time when it asks
+    at most 4 (a node has at most 4 h100: more could never fit anywhere)."""
+    count = rng.choice(gpus)
+    h100_only = rng.random() < 0.4
+    return Member(name, count, h100_only=h100_only and count <= 4)
 
 
 @dataclass

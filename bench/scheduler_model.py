@@ -234,6 +234,7 @@ class ModelReport:
     gang_passes_placed: int = 0
     #: extender filter calls made in group cycles, and members tried there (one per member per pass)
     gang_filters: int = 0
+    gang_prioritizes: int = 0
     gang_member_tries: int = 0
     #: gangs whose bound members reached minCount, and for each the seconds from the first filter
     #: of its first pass to that bind
@@ -272,7 +273,7 @@ class ModelReport:
                     "gangs_placed": self.gangs_placed,
                     "gang_passes": self.gang_passes,
                     "gang_passes_placed": self.gang_passes_placed,
-                    "filters_per_member_per_pass": round(self.filters_per_member_per_pass, 3),
+                    "calls_per_member_per_pass": round(self.calls_per_member_per_pass, 3),
                     "gang_place_p50_s": round(percentile(self.gang_place_s, 50), 3) if self.gang_place_s else None,
                 }
                 if self.gang_passes
@@ -281,9 +282,11 @@ class ModelReport:
         }
 
     @property
-    def filters_per_member_per_pass(self) -> float:
-        """Filter calls per member and pass (1.0: each member filtered once per pass)."""
-        return self.gang_filters / self.gang_member_tries if self.gang_member_tries else 0.0
+    def calls_per_member_per_pass(self) -> float:
+        """Extender calls (filter and prioritize) per member and pass: 1.0 when each member's
+        filter answered one node (no prioritize), as the gang's pinned answers do."""
+        calls = self.gang_filters + self.gang_prioritizes
+        return calls / self.gang_member_tries if self.gang_member_tries else 0.0
 
 
 _QUOTED = re.compile(r'"[^"]*"')
@@ -407,6 +410,8 @@ class SchedulerModel:
         # binding cycle running or bound, and when each gang's first pass began
         self._gated: set[str] = set()
         self._assigned: set[str] = set()
+        #: pods created in the cluster (those that arrive during the run, once their create returned)
+        self._exists: set[str] = set() if arriving else set(self._pods)
         self._gang_began: dict[str, float] = {}
         for key in self._active:
             self._activated(key)
@@ -503,6 +508,7 @@ class SchedulerModel:
         if self._create is not None:
             pod.obj = await self._create(pod.obj)
         pod.created = time.perf_counter()
+        self._exists.add(pod.key)
         self._active.append(pod.key)
         self._activated(pod.key)
         if pod.group:
@@ -510,6 +516,7 @@ class SchedulerModel:
             for key in sorted(k for k in self._gated if self._pods[k].group == pod.group):
                 self._gated.discard(key)
                 self._active.append(key)
+                self._activated(key)
         self._wake.set()
 
     def _activated(self, key: str) -> None:
@@ -597,8 +604,9 @@ class SchedulerModel:
     async def _group_cycle(self, group: str, key: str) -> None:
         """A gang's pass (module docstring): popped ``key`` and every other unscheduled member."""
         members = self._members[group]
-        if len(members) - sum(1 for k in self._arrivals if self._pods[k].group == group) < self._min_count[group]:
+        if sum(1 for k in members if k in self._exists) < self._min_count[group]:
             self._gated.add(key)  # PreEnqueue: fewer than minCount members exist yet
+            self._pods[key].first_active = -1  # it enters the active queue when released
             return
         tried = [self._pods[key]] + [
             self._pods[k] for k in members if k != key and k not in self._assigned and self._take(k)
@@ -631,6 +639,7 @@ class SchedulerModel:
                 node = survivors[0]
             else:
                 ranked, followed = self._rank(survivors, await self.extender.prioritize(obj, survivors))
+                self.report.gang_prioritizes += 1
                 self.report.prioritized += 1
                 self.report.followed_extender += followed
                 node = ranked[0]
@@ -641,10 +650,9 @@ class SchedulerModel:
         placed = sum(1 for k in members if k in self._assigned)
         if error is None and len(assumed) + placed >= self._min_count[group]:
             self.report.gang_passes_placed += 1
-            for pod, obj, node in assumed:
-                await self._slots.acquire()
+            for pod, obj, node in assumed:  # every binding cycle at once, as kube-scheduler does
                 self._assigned.add(pod.key)
-                self._assume_and_bind(pod, obj, node)
+                self._assume_and_bind(pod, obj, node, slot=False)
             for pod in rejected:  # the gang runs without them: retried on their own
                 self._member_back(pod, "filter: no node fits (unschedulable)")
             return
@@ -728,13 +736,15 @@ class SchedulerModel:
         )
         return [first, *rest], followed
 
-    def _assume_and_bind(self, pod: _Pod, obj: dict[str, Any], node: str) -> None:
+    def _assume_and_bind(self, pod: _Pod, obj: dict[str, Any], node: str, *, slot: bool = True) -> None:
+        """Assume the pod on the node and start its binding cycle, which gives back the slot the
+        cycle took (``slot``; a gang's binds take none: kube-scheduler starts them all at once)."""
         self._pods_on[node] = self._pods_on.get(node, 0) + 1
         self._chosen_at[node] = next(self._seq)
-        task = asyncio.create_task(self._binding_cycle(pod, obj, node))
+        task = asyncio.create_task(self._binding_cycle(pod, obj, node, slot))
         self._binding.add(task)
 
-    async def _binding_cycle(self, pod: _Pod, obj: dict[str, Any], node: str) -> None:
+    async def _binding_cycle(self, pod: _Pod, obj: dict[str, Any], node: str, slot: bool) -> None:
         try:
             if self.settings.bind_lead_seconds:
                 await asyncio.sleep(self.settings.bind_lead_seconds)
@@ -756,7 +766,8 @@ class SchedulerModel:
             task = asyncio.current_task()
             if task is not None:
                 self._binding.discard(task)  # before the loop wakes: it looks at this set
-            self._slots.release()
+            if slot:
+                self._slots.release()
             self._wake.set()
 
     def _member_back(self, pod: _Pod, cause: str) -> None:

@@ -67,7 +67,7 @@ async def test_every_gang_is_placed_in_one_pass_with_each_member_filtered_once(b
         assert report.bound == report.pods == 8 and report.given_up == 0, report.summary()
         assert report.gangs_placed == 3 and len(report.gang_place_s) == 3
         assert report.gang_passes == report.gang_passes_placed == 3, report.summary()
-        assert report.filters_per_member_per_pass == 1.0 and report.failed == 0, report.summary()
+        assert report.calls_per_member_per_pass == 1.0 and report.failed == 0, report.summary()
         assert stack.service.stats.gang_plans == {"found": 3}  # the gangs' path, one plan each
         assert stack.service.stats.holds.get("expired", 0) == 0
         devices = [

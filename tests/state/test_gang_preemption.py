@@ -432,3 +432,20 @@ async def test_devices_of_victims_not_yet_deallocated_answer_error_and_a_claim_t
     await c.bind("taker", "node-1")
     outcome = await c.filter("m1")
     assert not outcome.error and not waiting(outcome)
+
+
+async def test_a_pod_group_that_goes_whole_is_finished_when_one_of_its_evictions_fails() -> None:
+    """The victim unit is PodGroup ``victims`` (low-1 and low-3, disruptionMode PodGroup). The
+    first eviction fails: the other pod of the group is evicted all the same, and the next round
+    takes the one left, so the group is not left half-evicted."""
+    c = Cluster(full((100, 500, 100, 2000)), *gang(1, 1), pod_group("victims", None, disruption="PodGroup"))
+    for name in ("low-1", "low-3"):
+        raw = c.backend.get("Pod", "default", name)
+        assert raw is not None
+        raw["spec"]["schedulingGroup"] = {"podGroupName": "victims"}
+        raw["metadata"].pop("resourceVersion", None)
+        c.backend.apply(raw)
+    await c.start()
+    c.backend.faults.fail("evict_pod", ApiUnavailable("injected"))
+    assert waiting(await c.filter("m0", ["node-1"]))
+    assert c.evicted() == {"low-1", "low-3"}

@@ -133,10 +133,12 @@ def test_an_infeasible_gang_is_told_why_holds_nothing_and_its_retries_are_rememb
     reason = "gang default/pg: 2 of 3 waiting members fit together (minCount 3)"
     assert outcome.node_names == [] and outcome.failed == dict.fromkeys(NODES[:2], reason)
     assert len(svc.ledger) == 0
-    # kube-scheduler retries the pass back to back: the same answer, without planning again
-    for _ in range(3):
+    # kube-scheduler retries the pass back to back, each pass's node list starting elsewhere: the
+    # same answer, without planning again
+    for n in range(3):
         for i in range(3):
-            assert svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]).failed == outcome.failed
+            offered = NODES[:2] if n % 2 == 0 else NODES[1::-1]
+            assert svc.filter(member(f"m{i}", "pg", f"c{i}"), offered).failed == outcome.failed
     assert svc.stats.gang_plans == {"infeasible": 1, "remembered": 3}
 
 
@@ -160,6 +162,34 @@ def test_unchanged_infeasible_passes_are_answered_error_so_that_kube_scheduler_b
     svc.backend.store.upsert(node("node-3"))  # type: ignore[attr-defined]
     svc.backend.store.upsert(gpu_slice("node-3", 2))  # type: ignore[attr-defined]
     assert len(svc.filter(member("m0", "pg", "c0"), NODES).node_names) == 1
+
+
+def test_kube_schedulers_pod_group_status_writes_after_each_pass_do_not_end_the_backoff() -> None:
+    """After every failed pass kube-scheduler patches the PodGroup's PodGroupScheduled condition
+    (Unschedulable, then SchedulerError once answered Error), and other gangs' too: a new
+    resourceVersion, the same spec. The remembered answer holds, or several infeasible gangs would
+    keep each other out of the backoff and kube-scheduler would spin."""
+    objects = cluster(
+        pod_group("pg", 3),
+        pod_group("other", 2),
+        *(gpu_claim(f"c{i}", 2) for i in range(3)),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(3)),
+        nodes=2,
+        gpus=2,
+    )
+    svc = service(objects, gang_retry_backoff=2)
+    store = svc.backend.store  # type: ignore[attr-defined]
+    answers = []
+    for n in range(3):
+        answers.append([svc.filter(member(f"m{i}", "pg", f"c{i}"), NODES[:2]) for i in range(3)])
+        for name in ("pg", "other"):
+            written = pod_group(name, 3 if name == "pg" else 2)
+            written["metadata"]["resourceVersion"] = f"{100 + n}"
+            reason = "SchedulerError" if n else "Unschedulable"
+            written["status"] = {"conditions": [{"type": "PodGroupScheduled", "status": "False", "reason": reason}]}
+            store.upsert(written)
+    assert all(not a.failed and a.error for a in answers[2]), answers[2]
+    assert svc.stats.gang_plans == {"infeasible": 1, "remembered": 2}
 
 
 def test_members_beyond_what_fits_are_left_out_when_min_count_is_met() -> None:
@@ -325,9 +355,22 @@ async def test_kube_schedulers_topology_placements_after_the_planned_one_are_ref
     assert svc.stats.gang_barrier == {"opened": 1}
     # the next cycle offering r1 again starts a new pass as before
     fresh = service(racked(2, 2, racks))
-    fresh.filter(member("m0", "pg", "c0"), ["n1", "n2"])
-    fresh.filter(member("m0", "pg", "c0"), ["n1", "n2"])
+    for _ in range(2):
+        for i in range(2):
+            assert fresh.filter(member(f"m{i}", "pg", f"c{i}"), ["n1", "n2"]).node_names
     assert fresh.stats.gang_plans == {"found": 2}
+
+
+def test_a_planned_placement_kube_scheduler_could_not_complete_does_not_refuse_the_next() -> None:
+    """kube-scheduler's own filters left m1 no node in r1 (CPU, say): it never asked us about m1 in
+    that placement, which failed. r2's placement is then a fair try, planned afresh, and not
+    refused in the name of r1."""
+    racks = {"n1": "r1", "n2": "r1", "n3": "r2", "n4": "r2"}
+    svc = service(racked(2, 2, racks))
+    assert svc.filter(member("m0", "pg", "c0"), ["n1", "n2"]).node_names  # m1 never sent for r1
+    answers = [svc.filter(member(f"m{i}", "pg", f"c{i}"), ["n3", "n4"]).node_names for i in range(2)]
+    assert sorted(n for nodes in answers for n in nodes) == ["n3", "n4"]
+    assert svc.gang_filter.passes["default/pg"].domain == "r2"
 
 
 def three_nodes_one_gpu(*models: str) -> list[dict[str, Any]]:

@@ -65,9 +65,13 @@ DEFAULT_GANG_RETRY_BACKOFF = 3
 #: only bounds what a pass that never binds keeps.
 DEFAULT_GANG_HOLD_SECONDS = 60.0
 
+#: How long after a pass began its plan's domain may refuse the other topology placements of
+#: kube-scheduler's cycle (``GangFilter._placed_elsewhere``): one cycle tries them back to back.
+PLACEMENTS_SECONDS = 10.0
+
 #: The kinds a plan's inputs come from: a remembered infeasible answer holds while none of them
 #: changed (pods' statuses, which kube-scheduler writes after every failed pass, do not count).
-_PLAN_INPUT_KINDS = ("ResourceClaim", "ResourceSlice", "DeviceClass", "Node", "PodGroup", "DeviceTaintRule")
+_PLAN_INPUT_KINDS = ("ResourceClaim", "ResourceSlice", "DeviceClass", "Node", "DeviceTaintRule")
 
 log = structlog.get_logger()
 
@@ -176,7 +180,7 @@ class GangFilter:
             return None
         uid = pod_uid(pod)
         open_pass = self.passes.get(group.key)
-        elsewhere = self._placed_elsewhere(group, open_pass, node_names)
+        elsewhere = self._placed_elsewhere(group, members, open_pass, uid, node_names)
         if elsewhere is not None:
             return elsewhere
         if (
@@ -192,18 +196,31 @@ class GangFilter:
         return self._answer(group, members, open_pass, pod, node_names)
 
     def _placed_elsewhere(
-        self, group: PodGroup, open_pass: GangPass | None, node_names: Sequence[str]
+        self, group: PodGroup, members: GangMembers, open_pass: GangPass | None, uid: str, node_names: Sequence[str]
     ) -> FilterOutcome | None:
         """kube-scheduler's topology-aware passes (TopologyAwareWorkloadScheduling on) offer each
         domain of the group's key in turn, one placement after the other in one cycle, then bind
-        the placement it scores best. While the open pass has a plan in domain D, a request whose
-        nodes hold none of D is another placement: it is refused (``gang <ns/pg> placed in
-        <key>=<D>``) without a new pass, so the plan's holds stay and the one placement left
-        feasible is the plan's. None otherwise (no key, no plan, held no longer, or D offered)."""
+        the placement it scores best. Once the open pass has a plan in domain D and every member
+        it placed was answered its planned node (the placement of D is feasible for
+        kube-scheduler), a request whose nodes hold none of D is another placement of the same
+        cycle: it is refused (``gang <ns/pg> placed in <key>=<D>``) without a new pass, so the
+        plan's holds stay and the one placement left feasible is the plan's. None otherwise: no
+        key, no plan, a planned member not answered its node (kube-scheduler's own filters kept
+        it from D: D's placement failed, and the next pass may go elsewhere), another member set,
+        a requester not of the pass, D offered, or the cycle long over
+        (``PLACEMENTS_SECONDS``)."""
         key = group.topology_key
         if not key or open_pass is None or open_pass.plan is None or open_pass.domain is None:
             return None
-        if self.clock() - open_pass.started_at >= self.hold_seconds:
+        if self.clock() - open_pass.started_at >= min(self.hold_seconds, PLACEMENTS_SECONDS):
+            return None
+        if uid not in open_pass.claims or {pod_uid(p) for p in members.waiting} != open_pass.expected:
+            return None
+        if any(
+            open_pass.answered.get(member) != node
+            for member in open_pass.claims
+            if (node := open_pass.node_of(member)) is not None
+        ):
             return None
         if any(self.store.node(name).labels.get(key) == open_pass.domain for name in node_names):
             return None
@@ -257,9 +274,15 @@ class GangFilter:
         inputs = (
             tuple(sorted(uid for uid, _, _ in resolved)),
             members.need,
-            tuple(node_names),
+            # the set offered, not its order: kube-scheduler starts each pass's node list where the
+            # last search stopped, so the order turns from pass to pass (and does not change an
+            # infeasible answer)
+            frozenset(node_names),
             tuple(sorted(pinned.items())),
-            group,  # its topology key, its annotations
+            # the group itself as far as a plan reads it (its topology key, its claims), not its
+            # resourceVersion: kube-scheduler patches its status after every failed pass, and other
+            # groups' writes do not matter at all (PodGroups are no input kind)
+            dataclasses.replace(group, resource_version=""),
             tuple(self.store.kind_changes[kind] for kind in _PLAN_INPUT_KINDS),
             self.cluster.ledger.changes,
             self.cluster.nominations.changes,

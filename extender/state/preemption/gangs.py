@@ -195,13 +195,16 @@ class GangPreemption:
             if self.gang_filter.passes.get(group.key) is not open_pass:
                 log.info("preemption.gang_pass_replaced", group=group.key)
                 choice = None  # a newer pass answers for the gang now: nothing more is evicted here
-            if isinstance(choice, str):
-                if evicted:
-                    break  # what was evicted is enough: wait for it
-                return FilterOutcome([], error=choice)  # devices already being freed will do: wait
             if choice is None:
                 break
             units, plan, priority = choice
+            if not units:  # the claims already on their way back make the plan
+                if evicted:  # the pods evicted so far are enough: hold what they free, and wait
+                    self._nominate(group, open_pass, plan, priority, evicted, claims_before, view)
+                    return await self._started(group, plan, node_names)
+                return FilterOutcome(
+                    [], error=f"waiting for devices of deleted pods to be deallocated for gang {group.key}"
+                )
             try:
                 await self.backend.ensure_leader()
             except ExtenderError as exc:
@@ -209,33 +212,28 @@ class GangPreemption:
             if self.gang_filter.passes.get(group.key) is not open_pass:
                 break
             victims = by_importance(v for unit in units for v in unit.victims)
-            standing = self._nominate(group, open_pass, plan, priority, (*evicted, *victims))
-            where = "nodes " + ", ".join(sorted({p.node for p in plan.placements}))
             # the victims' claims as they are before the evictions (a backend may deallocate at once)
             for key in {key for v in victims for key in v.claims} - set(claims_before):
                 if (claim := self.store.claims.get(key)) is not None:
                     claims_before[key] = claim
+            standing = self._nominate(group, open_pass, plan, priority, (*evicted, *victims), claims_before, view)
             done: list[Any] = []
             refused: str | None = None
             try:
-                done, refused = await self.preemption.evict(
-                    f"pod group {group.key}", priority, where, victims, stop_on_error=True
-                )
+                done, refused = await self._evict(group, priority, plan, units)
             finally:
                 # as for one pod: wait only for the pods that went (or were gone already)
                 evicted += done
-                went = tuple(by_importance({v.uid: v for v in evicted}.values()))
-                keys = {key for v in went for key in v.claims}
-                freed = frozenset(released({v.uid for v in went}, claims_before, view.owners, keys))
-                for nomination in standing:
-                    nomination.victims, nomination.freed = went, freed
+                self._update(standing, evicted, claims_before, view)
             if refused is None:
                 if not evicted:
                     self._drop(group)
                     return FilterOutcome([], error=f"preemption for gang {group.key}: no victim could be evicted")
                 return await self._started(group, plan, node_names)
             stats.count("refused")
-            excluded.update(unit.key for unit in units if refused in unit.uids)
+            gone = {v.uid for v in evicted}
+            # a unit none of whose pods went is left out; one partly gone may still be chosen
+            excluded.update(unit.key for unit in units if refused in unit.uids and not (unit.uids & gone))
         # no complete plan (any more): hold nothing for the gang. Pods evicted before a refusal
         # nobody foresaw are gone all the same; the next pass plans with what they freed.
         self._drop(group)
@@ -247,9 +245,9 @@ class GangPreemption:
 
     def _choose(
         self, group: PodGroup, open_pass: GangPass, view: ClusterIndex, excluded: Collection[str], deadline: float
-    ) -> tuple[list[VictimUnit], GangPlan, int] | str | None:
-        """The units to evict, the plan they make possible and the gang's priority; a text to
-        wait with when claims already on their way back make the plan; None when nothing helps.
+    ) -> tuple[list[VictimUnit], GangPlan, int] | None:
+        """The units to evict, the plan they make possible and the gang's priority (no units when
+        the claims already on their way back make the plan); None when nothing helps.
         Units whose eviction a PodDisruptionBudget would refuse, as the store shows the budgets,
         are left out before anything is evicted (a refusal halfway would leave evictions for a
         gang that does not fit). Raises ``_OutOfTime``."""
@@ -262,7 +260,7 @@ class GangPreemption:
             units = [u for u in units if not (u.uids & refused)] if refused else units
         search = _Search(self, group, open_pass, view, units, deadline)
         if view.gone_claims and search.fits(frozenset()):
-            return f"waiting for devices of deleted pods to be deallocated for gang {group.key}"
+            return [], search.plan(frozenset()), priority
         if not units or not search.fits(_uids(units)):
             return None
         start = units
@@ -327,11 +325,18 @@ class GangPreemption:
     # --- the action ---------------------------------------------------------------------------
 
     def _nominate(
-        self, group: PodGroup, open_pass: GangPass, plan: GangPlan, priority: int, victims: Sequence[Any]
+        self,
+        group: PodGroup,
+        open_pass: GangPass,
+        plan: GangPlan,
+        priority: int,
+        victims: Sequence[Any],
+        claims_before: Mapping[str, ResourceClaim],
+        view: ClusterIndex,
     ) -> list[Nomination]:
         """One nomination per planned member (the PodGroup's claims with the first), recorded
         before the evictions so that what they free is held at once; any older ones of the group
-        replaced."""
+        replaced. They wait for ``victims`` (``_update`` narrows them to the pods that went)."""
         self._drop(group)
         uid_of = {key: uid for uid, key in open_pass.keys.items()}
         lifetime = nomination_lifetime((v.grace_seconds for v in victims), self.preemption.nomination_seconds)
@@ -354,7 +359,48 @@ class GangPreemption:
             )
             self.nominations.add(nomination)
             made.append(nomination)
+        self._update(made, victims, claims_before, view)
         return made
+
+    @staticmethod
+    def _update(
+        standing: Sequence[Nomination],
+        went: Sequence[Any],
+        claims_before: Mapping[str, ResourceClaim],
+        view: ClusterIndex,
+    ) -> None:
+        """The nominations wait for the pods in ``went`` and for the claims their going frees."""
+        victims = tuple(by_importance({v.uid: v for v in went}.values()))
+        keys = {key for v in victims for key in v.claims}
+        freed = frozenset(released({v.uid for v in victims}, claims_before, view.owners, keys))
+        for nomination in standing:
+            nomination.victims, nomination.freed = victims, freed
+
+    async def _evict(
+        self, group: PodGroup, priority: int, plan: GangPlan, units: Sequence[VictimUnit]
+    ) -> tuple[list[Any], str | None]:
+        """Evict the units one by one; the pods evicted, and the UID of one whose eviction failed
+        (then no further unit is begun). A PodGroup that goes whole is finished even when one of
+        its pods fails (the others are tried all the same: half a group is what its disruption
+        mode forbids); a single pod's failure stops at once."""
+        where = "nodes " + ", ".join(sorted({p.node for p in plan.placements}))
+        preemptor = f"pod group {group.key}"
+        done: list[Any] = []
+        failed: str | None = None
+        for unit in units:
+            if not unit.group:
+                went, failed = await self.preemption.evict(preemptor, priority, where, unit.victims, stop_on_error=True)
+                done += went
+            else:
+                for victim in unit.victims:
+                    went, refused = await self.preemption.evict(
+                        preemptor, priority, where, (victim,), stop_on_error=True
+                    )
+                    done += went
+                    failed = failed or refused
+            if failed is not None:
+                return done, failed
+        return done, None
 
     def _drop(self, group: PodGroup) -> None:
         for nomination in self.nominations.of_group(group.key):
