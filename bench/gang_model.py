@@ -15,14 +15,16 @@ a claim of its own. Two runs:
   ``--gang-retry-backoff`` (``Error`` after 3 unchanged passes: kube-scheduler's error backoff) and
   with 0 (never).
 
-One run each, on whatever else the machine does. Usage: ``python -m bench.gang_model [--nodes 12
---gangs 10 --seed 1 --seconds 10]``.
+``--sizes``, ``--gpus`` and ``--fragment`` shape the workload as for ``bench.gangs``. One run each,
+on whatever else the machine does. Usage: ``python -m bench.gang_model [--nodes 12 --gangs 10
+--seed 1 --seconds 10]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -64,6 +66,9 @@ def objects(load: Workload, *, namespace: str = "default") -> tuple[list[dict[st
                 },
             }
         )
+    for index, taken in enumerate(load.taken):
+        for gpu in taken:
+            out += _filler(f"node-{index}", gpu, namespace)
     groups = {}
     for gang in load.gangs:
         groups[f"{namespace}/{gang.name}"] = len(gang.members)
@@ -79,6 +84,29 @@ def objects(load: Workload, *, namespace: str = "default") -> tuple[list[dict[st
             out.append(_claim(member.name, member.gpus, "h100" if member.h100_only else "any", namespace))
             out.append(_pod(member.name, gang.name, namespace))
     return out, groups
+
+
+def _filler(node: str, gpu: int, namespace: str) -> list[dict[str, Any]]:
+    """A running pod outside any gang holding GPU ``gpu`` of ``node`` (``bench.gangs --fragment``)."""
+    name = f"busy-{node}-{gpu}"
+    claim = _claim(name, 1, "any", namespace)
+    claim["metadata"]["name"] = name
+    claim["status"] = {
+        "allocation": {
+            "devices": {
+                "results": [{"request": "gpus", "driver": "gpu.example.com", "pool": node, "device": f"gpu-{gpu}"}]
+            },
+            "nodeSelector": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            },
+        },
+        "reservedFor": [{"resource": "pods", "name": name, "uid": f"uid-{name}"}],
+    }
+    pod = _pod(name, "", namespace)
+    pod["spec"].pop("schedulingGroup")
+    pod["spec"]["nodeName"] = node
+    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": name}]
+    return [claim, pod]
 
 
 def _device_class(name: str, expression: str) -> dict[str, Any]:
@@ -118,6 +146,8 @@ async def _run(
 ) -> tuple[ModelReport, float]:
     """One model run on a fresh extender process: the report and the extender's CPU seconds."""
     async with embedded_stack(cluster, in_process=False, extender_args=args) as stack:
+        # the pods bound beforehand (``--fragment``) are no work for the scheduler
+        stack = dataclasses.replace(stack, pods=[p for p in stack.pods if not p["spec"].get("nodeName")])
         report, _, cpu = await run_model(stack, settings, groups=groups)
         return report, cpu.get("server", 0.0)
 
@@ -132,12 +162,22 @@ def _placement_row(report: ModelReport, cpu: float, gangs: int) -> str:
     )
 
 
-async def main_async(nodes: int, gangs: int, seed: int, seconds: float) -> None:
-    load = workload(nodes, gangs, seed)
+async def main_async(
+    nodes: int,
+    gangs: int,
+    seed: int,
+    seconds: float,
+    *,
+    sizes: tuple[int, int] = (2, 4),
+    gpus: tuple[int, ...] = (2, 4),
+    fragment: float = 0.0,
+) -> None:
+    load = workload(nodes, gangs, seed, sizes=sizes, gpus=gpus, fragment=fragment)
     cluster, groups = objects(load)
     members = sum(len(g.members) for g in load.gangs)
     print(
-        f"placement: {nodes} nodes x {GPUS_PER_NODE} GPUs ({sum(load.h100_per_node)} h100), {gangs} gangs, "
+        f"placement: {nodes} nodes x {GPUS_PER_NODE} GPUs ({sum(load.h100_per_node)} h100, "
+        f"{sum(len(t) for t in load.taken)} taken beforehand), {gangs} gangs, "
         f"{members} members; seed {seed}\n"
     )
     print("| gangs placed | members bound | group passes | extender calls per member per pass | "
@@ -177,8 +217,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gangs", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--seconds", type=float, default=10.0, help="how long the infeasible gang runs")
+    parser.add_argument("--sizes", default="2-4", help="members per gang, lowest-highest")
+    parser.add_argument("--gpus", default="2,4", help="GPUs a member may ask for, one chosen at random")
+    parser.add_argument("--fragment", type=float, default=0.0, help="chance that a GPU is taken beforehand")
     args = parser.parse_args(argv)
-    asyncio.run(main_async(args.nodes, args.gangs, args.seed, args.seconds))
+    low, _, high = args.sizes.partition("-")
+    sizes = (int(low), int(high or low))
+    gpus = tuple(int(g) for g in args.gpus.split(","))
+    asyncio.run(
+        main_async(args.nodes, args.gangs, args.seed, args.seconds, sizes=sizes, gpus=gpus, fragment=args.fragment)
+    )
     return 0
 
 
