@@ -142,6 +142,26 @@ def test_an_infeasible_gang_is_told_why_holds_nothing_and_its_retries_are_rememb
     assert svc.stats.gang_plans == {"infeasible": 1, "remembered": 3}
 
 
+def test_a_search_cut_short_is_remembered_for_the_same_node_order_only() -> None:
+    """A search its budget cut short tried the nodes in the order offered; another order may fit.
+    Its answer is reused for the same list only, where a proven infeasible one holds for the set."""
+    objects = cluster(
+        pod_group("pg", 3),
+        gpu_claim("c0", 2),
+        gpu_claim("c1", 2),
+        gpu_claim("c2", 1),
+        *(member(f"m{i}", "pg", f"c{i}") for i in range(3)),
+        nodes=2,
+        gpus=2,
+    )
+    svc = service(objects, gang_retry_backoff=0)
+    svc.gang_filter.max_checks = 1  # members of different shapes: a search, cut short at once
+    for offered in (NODES[:2], NODES[:2], NODES[1::-1]):
+        for i in range(3):
+            assert not svc.filter(member(f"m{i}", "pg", f"c{i}"), offered).node_names
+    assert svc.stats.gang_plans == {"budget": 2, "remembered": 1}
+
+
 def test_unchanged_infeasible_passes_are_answered_error_so_that_kube_scheduler_backs_off() -> None:
     objects = cluster(
         pod_group("pg", 3),

@@ -158,7 +158,8 @@ class GangFilter:
         self.passes: dict[str, GangPass] = {}
         # group -> (inputs, reason) of its last infeasible answer, and how many passes in a row
         # have been answered from it
-        self._infeasible: dict[str, tuple[tuple[object, ...], str, str]] = {}
+        # (inputs, reason, outcome, nodes in the order offered)
+        self._infeasible: dict[str, tuple[tuple[object, ...], str, str, tuple[str, ...]]] = {}
         self._repeats: dict[str, int] = {}
         self._serial = 0
         #: Group -> its claims a filter decided to free, until the service has written it.
@@ -288,7 +289,13 @@ class GangFilter:
             self.cluster.nominations.changes,
         )
         remembered = self._infeasible.get(group.key)
-        if remembered is not None and remembered[0] == inputs:
+        if (
+            remembered is not None
+            and remembered[0] == inputs
+            # a search cut short by its budget tried the nodes in the order offered: another order
+            # may fit, so that answer holds for the same order only
+            and (remembered[2] == "infeasible" or remembered[3] == tuple(node_names))
+        ):
             self.stats.count_gang_plan("remembered")
             repeats = self._repeats[group.key] = self._repeats.get(group.key, 0) + 1
             unchanged = GangPass(group.key, self.clock(), None, remembered[1], outcome=remembered[2])
@@ -319,7 +326,7 @@ class GangFilter:
                 return self._replace(group, released, resolved, nodes, expected, {})
         if isinstance(planned.plan, GangInfeasible):
             reason, outcome = self._reason(group, members, planned), planned.plan.outcome
-            self._infeasible[group.key] = (inputs, reason, outcome)
+            self._infeasible[group.key] = (inputs, reason, outcome, tuple(node_names))
             return self._replace(
                 group,
                 GangPass(group.key, self.clock(), None, reason, outcome=outcome),
