@@ -29,6 +29,7 @@ __all__ = [
     "pod_or_none",
     "priority_classes",
     "run_pod",
+    "running_holder",
     "terminating",
 ]
 
@@ -61,6 +62,20 @@ def run_pod(scenario: Scenario, name: str, started: str) -> None:
         f"/api/v1/namespaces/{scenario.namespace}/pods/{name}/status",
         {"status": {"phase": "Running", "startTime": started, "conditions": [ready]}},
     )
+
+
+def running_holder(scenario: Scenario, name: str, device_class: str, priority_class: str, started: str) -> str:
+    """Pod ``name`` with a claim of one GPU of ``device_class``, scheduled and bound, then Running
+    since ``started`` with the kubelet's finalizer (an eviction leaves it Terminating until
+    ``kubelet_done``); its node."""
+    scenario.claim(f"{name}-gpu", device_class)
+    scenario.pod(name, f"{name}-gpu", priority=priority_class, labels={"app": name})
+    scenario.admin.merge_patch(
+        f"/api/v1/namespaces/{scenario.namespace}/pods/{name}", {"metadata": {"finalizers": [KUBELET]}}
+    )
+    node = scenario.bound(name)
+    run_pod(scenario, name, started)
+    return node
 
 
 def pod_or_none(scenario: Scenario, name: str) -> dict[str, Any] | None:

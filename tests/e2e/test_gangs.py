@@ -18,7 +18,7 @@ from tests.controlplane.api import ApiError, eventually
 from tests.controlplane.assets import assets_or_skip
 from tests.controlplane.cluster import FEATURE_GATES, RUNTIME_CONFIG, ControlPlane, Options
 from tests.e2e.harness import IN_TREE, SCHEDULER_NAME, Deployment, Scenario
-from tests.e2e.kubelet import HIGH, KUBELET, LOW, TOP, kubelet_done, priority_classes, run_pod, terminating
+from tests.e2e.kubelet import HIGH, LOW, TOP, kubelet_done, priority_classes, running_holder, terminating
 
 GANG_GATES = (
     "GenericWorkload=true,GangScheduling=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true"
@@ -465,13 +465,7 @@ def gpu_holders(scenario: Scenario, node_classes: dict[str, str], priorities: di
     for index, (label, device_class) in enumerate(node_classes.items()):
         for i in range(2):
             name = f"{label}-{i}"
-            scenario.claim(f"{name}-gpu", device_class)
-            scenario.pod(name, f"{name}-gpu", priority=priorities[label], labels={"app": name})
-            scenario.admin.merge_patch(
-                f"/api/v1/namespaces/{scenario.namespace}/pods/{name}", {"metadata": {"finalizers": [KUBELET]}}
-            )
-            scenario.bound(name)
-            run_pod(scenario, name, f"2026-01-01T00:0{index}:{i:02d}Z")
+            running_holder(scenario, name, device_class, priorities[label], f"2026-01-01T00:0{index}:{i:02d}Z")
             names.append(name)
     return names
 

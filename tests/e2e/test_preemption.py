@@ -21,7 +21,7 @@ import pytest
 
 from tests.controlplane.api import ApiError, eventually
 from tests.e2e.harness import Scenario
-from tests.e2e.kubelet import HIGH, KUBELET, LOW, MID, kubelet_done, pod_or_none, priority_classes, run_pod, terminating
+from tests.e2e.kubelet import HIGH, LOW, MID, kubelet_done, pod_or_none, priority_classes, running_holder, terminating
 
 
 def _devices(claim: dict[str, Any]) -> list[tuple[str, str]]:
@@ -35,14 +35,9 @@ def _holding(scenario: Scenario, names: list[str], classes: dict[int, str], node
     held = {}
     for i, name in enumerate(names):
         priority = MID if name.startswith("mid") else LOW
-        scenario.claim(f"{name}-gpu", f"{scenario.prefix}-gpu")
-        scenario.pod(name, f"{name}-gpu", priority=classes[priority], labels={"app": name})
-        scenario.admin.merge_patch(
-            f"/api/v1/namespaces/{scenario.namespace}/pods/{name}", {"metadata": {"finalizers": [KUBELET]}}
-        )
-        assert scenario.bound(name) == node
         # distinct start times: kube-scheduler's (and the extender's) importance order breaks ties by them
-        run_pod(scenario, name, f"2026-01-01T00:00:{i:02d}Z")
+        started = f"2026-01-01T00:00:{i:02d}Z"
+        assert running_holder(scenario, name, f"{scenario.prefix}-gpu", classes[priority], started) == node
         (held[name],) = _devices(scenario.get_claim(f"{name}-gpu"))
     return held
 

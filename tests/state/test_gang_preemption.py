@@ -92,6 +92,16 @@ def full(priorities: tuple[int, int, int, int] = (100, 100, 100, 100)) -> dict[s
     return {f"low-{i + 1}": (priorities[i], nodes[i]) for i in range(4)}
 
 
+def group_victims(c: Cluster, *names: str) -> None:
+    """Put the holders ``names`` into PodGroup ``victims`` (before they are bound)."""
+    for name in names:
+        raw = c.backend.get("Pod", "default", name)
+        assert raw is not None
+        raw["spec"]["schedulingGroup"] = {"podGroupName": "victims"}
+        raw["metadata"].pop("resourceVersion", None)
+        c.backend.apply(raw)
+
+
 def waiting(outcome: Any) -> bool:
     return outcome.node_names == [] and all(r.startswith(WAITING_FOR_VICTIMS) for r in outcome.failed.values())
 
@@ -159,12 +169,7 @@ async def test_a_pod_group_that_is_disrupted_as_a_whole_goes_whole(mode: str, ev
     The least important go first, as kube-scheduler's reprieve spares the most important: with
     disruptionMode PodGroup, evicting ``low-1`` means evicting ``low-3`` as well."""
     c = Cluster(full((100, 500, 100, 2000)), *gang(1, 1), pod_group("victims", None, disruption=mode))
-    for name in ("low-1", "low-3"):
-        raw = c.backend.get("Pod", "default", name)
-        assert raw is not None
-        raw["spec"]["schedulingGroup"] = {"podGroupName": "victims"}
-        raw["metadata"].pop("resourceVersion", None)
-        c.backend.apply(raw)
+    group_victims(c, "low-1", "low-3")
     await c.start()
     assert waiting(await c.filter("m0", ["node-1"]))
     assert c.evicted() == evicted
@@ -172,12 +177,7 @@ async def test_a_pod_group_that_is_disrupted_as_a_whole_goes_whole(mode: str, ev
 
 async def test_a_pod_group_that_goes_whole_is_no_victim_if_one_of_its_pods_outranks_the_gang() -> None:
     c = Cluster(full((100, 100, 2000, 2000)), *gang(1, 1), pod_group("victims", None, disruption="PodGroup"))
-    for name in ("low-1", "low-2", "low-3"):
-        raw = c.backend.get("Pod", "default", name)
-        assert raw is not None
-        raw["spec"]["schedulingGroup"] = {"podGroupName": "victims"}
-        raw["metadata"].pop("resourceVersion", None)
-        c.backend.apply(raw)
+    group_victims(c, "low-1", "low-2", "low-3")
     await c.start()
     outcome = await c.filter("m0")
     assert not waiting(outcome) and c.evicted() == set()
@@ -439,12 +439,7 @@ async def test_a_pod_group_that_goes_whole_is_finished_when_one_of_its_evictions
     first eviction fails: the other pod of the group is evicted all the same, and the next round
     takes the one left, so the group is not left half-evicted."""
     c = Cluster(full((100, 500, 100, 2000)), *gang(1, 1), pod_group("victims", None, disruption="PodGroup"))
-    for name in ("low-1", "low-3"):
-        raw = c.backend.get("Pod", "default", name)
-        assert raw is not None
-        raw["spec"]["schedulingGroup"] = {"podGroupName": "victims"}
-        raw["metadata"].pop("resourceVersion", None)
-        c.backend.apply(raw)
+    group_victims(c, "low-1", "low-3")
     await c.start()
     c.backend.faults.fail("evict_pod", ApiUnavailable("injected"))
     assert waiting(await c.filter("m0", ["node-1"]))

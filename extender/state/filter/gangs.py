@@ -433,6 +433,10 @@ class GangFilter:
             return None  # members sharing a claim of their own: planned member by member (docs/gangs.md)
         return out
 
+    def _resolved(self, open_pass: GangPass) -> list[tuple[str, PodClaims, GangMember]]:
+        """The pass's members as ``_resolve`` gave them (uid, claims, member)."""
+        return [(uid, claims, self._member(open_pass.keys[uid], claims)) for uid, claims in open_pass.claims.items()]
+
     def _member(self, key: str, claims: PodClaims) -> GangMember:
         """A member as the planner sees it: its own claims (the PodGroup's are planned once for
         the gang, ``_shared_claims``), its allocated ones (their selectors restrict its nodes)."""
@@ -713,10 +717,7 @@ class GangFilter:
             answered: frozenset((node,)) if node else frozenset() for answered, node in open_pass.answered.items()
         }
         pinned[uid] = frozenset(node_names)
-        resolved = [
-            (member_uid, claims, self._member(open_pass.keys[member_uid], claims))
-            for member_uid, claims in open_pass.claims.items()
-        ]
+        resolved = self._resolved(open_pass)
         # every node of the pass (members not filtered yet may use any), then this member's others
         names = dict.fromkeys([*(n.name for n in open_pass.nodes), *node_names])
         nodes = [self.store.node(name) for name in names]
@@ -742,9 +743,7 @@ class GangFilter:
         the claims ``freed`` holding nothing, over the pass's nodes, or None (no plan, or the
         search cut short: neither proves that the gang fits)."""
         members = self.gangs.members(group)
-        resolved = [
-            (uid, claims, self._member(open_pass.keys[uid], claims)) for uid, claims in open_pass.claims.items()
-        ]
+        resolved = self._resolved(open_pass)
         planned = self._plan(
             group, resolved, members.need, open_pass.nodes, {}, self._placed_nodes(members), freed, quiet=True
         )
