@@ -86,7 +86,9 @@ async def filter_nodes(request: web.Request) -> web.Response:
         metrics.observe_filter(
             passed=len(outcome.node_names), failed=len(outcome.failed), unresolvable=len(outcome.unresolvable)
         )
-        log.info(
+        # Every pod that fits somewhere is filtered at kube-scheduler's pace (tens a second, one
+        # line each at a few tens of microseconds): debug; a pod that fits nowhere, at info.
+        (log.info if outcome.error or not outcome.node_names else log.debug)(
             "filter.decided",
             pod=pod_key,
             nodes=len(args.node_names),
@@ -149,7 +151,7 @@ async def prioritize(request: web.Request) -> web.Response:
                 log.exception("prioritize.crashed", pod=pod_key)
             return json_response([])
         body, best = encode_priority_columns(hosts, scores)
-        log.info(
+        log.debug(  # one per scheduled pod, as the filter's: bind.finished says where it went, at info
             "prioritize.scored",
             pod=pod_key,
             nodes=len(scores),

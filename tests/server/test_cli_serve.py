@@ -216,6 +216,7 @@ def test_serve_demo_in_a_real_process() -> None:
     port = _free_port()
     env = {**os.environ, "DRA_EXTENDER_LOG_FORMAT": "json", "PYTHONPATH": str(REPO)}
     argv = [sys.executable, "-m", "extender", "serve", "--demo", "--listen", f"127.0.0.1:{port}", "--path-prefix", "v1"]
+    argv += ["--log-level", "debug"]  # a filter that passes nodes is logged at debug
     process = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         base = f"http://127.0.0.1:{port}/v1"
@@ -250,7 +251,7 @@ def test_serve_demo_in_a_real_process() -> None:
     expected_loop = "uvloop" if importlib.util.find_spec("uvloop") else "asyncio"
     assert listening["event_loop"] == expected_loop
     decided = next(e for e in events if e["event"] == "filter.decided")
-    assert decided["pod"] == "default/two-gpu-pod" and decided["level"] == "info" and "timestamp" in decided
+    assert decided["pod"] == "default/two-gpu-pod" and decided["level"] == "debug" and "timestamp" in decided
     assert set(decided) == {
         *("event", "level", "timestamp", "request_id", "verb", "pod"),
         *("nodes", "passed", "failed", "unresolvable", "error", "duration_ms"),

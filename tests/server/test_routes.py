@@ -473,10 +473,27 @@ async def test_filter_logs_one_decision_with_request_context(client: Client, fak
     decided = [e for e in logs if e["event"] == "filter.decided"]
     assert len(decided) == 1
     event = decided[0]
-    assert event["log_level"] == "info"
+    assert event["log_level"] == "debug"  # a pod that fits somewhere: one of tens a second
     assert (event["pod"], event["request_id"], event["verb"]) == ("default/pod-a", "req-7", "filter")
     assert (event["passed"], event["failed"], event["unresolvable"], event["error"]) == (1, 1, 1, "")
     assert isinstance(event["duration_ms"], float)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "error"),
+    [
+        (FilterOutcome([], failed={"node-1": "cannot allocate all claims"}), ""),
+        (FilterOutcome([], error="boom"), "boom"),
+    ],
+)
+async def test_a_filter_that_passes_no_node_is_logged_at_info(
+    client: Client, fake: FakeService, outcome: FilterOutcome, error: str
+) -> None:
+    fake.outcome = outcome
+    with capture_logs(processors=[merge_contextvars]) as logs:
+        await client.post("/filter", json={"Pod": pod(), "NodeNames": ["node-1"]})
+    (event,) = [e for e in logs if e["event"] == "filter.decided"]
+    assert (event["log_level"], event["passed"], event["error"]) == ("info", 0, error)
 
 
 async def test_prioritize_logs_one_event_with_the_best_node(client: Client, fake: FakeService) -> None:
@@ -487,6 +504,7 @@ async def test_prioritize_logs_one_event_with_the_best_node(client: Client, fake
     scored = [e for e in logs if e["event"] == "prioritize.scored"]
     assert len(scored) == 1
     event = scored[0]
+    assert event["log_level"] == "debug"
     assert (event["pod"], event["verb"], event["nodes"], event["best"], event["score"]) == (
         "default/pod-a", "prioritize", 3, "node-2", 9
     )  # fmt: skip

@@ -211,3 +211,90 @@ async def test_scoring_that_pauses_at_every_node_reads_each_node_a_bounded_numbe
     _, scores = await svc.prioritize_cooperatively(pod("p", "c1"), names)
     assert len(scores) == 30 and all(s == scores[0] for s in scores)  # 30 alike nodes, nothing changed
     assert len(reads) <= 3 * len(names)
+
+
+def _allocator_calls(svc: SchedulingService) -> list[list[str]]:
+    """The nodes the allocator is asked about, per search, from now on."""
+    calls: list[list[str]] = []
+    original = svc.cluster.allocator
+
+    def counting(claims: Any, *, refresh: bool = True, budget: Any = None) -> Any:
+        allocator = original(claims, refresh=refresh, budget=budget)
+        real = allocator.answer_many
+
+        def many(names: Any, node: Any) -> Any:
+            calls.append(sorted(names))
+            return real(names, node)
+
+        allocator.answer_many = many  # type: ignore[method-assign]
+        return allocator
+
+    svc.cluster.allocator = counting  # type: ignore[method-assign]
+    return calls
+
+
+def test_the_filter_answer_is_remembered_as_the_list_prioritize_will_ask_about() -> None:
+    """kube-scheduler prioritizes exactly the nodes the filter passed, in its order: when the filter
+    rejected some, that list is remembered at the filter, covered where the filter's list was, so
+    that prioritize neither looks its nodes up again nor asks the allocator."""
+    objects = cluster(claim("big", count=2), pod("p", "big"), nodes=3, gpus=2)
+    small = gpu_slice("node-1", 1)  # node-1 has one GPU: the pod fails there
+    objects = [small if o["metadata"]["name"] == small["metadata"]["name"] else o for o in objects]
+    svc = service(objects, hold_seconds=0)
+    asked = ["node-3", "node-1", "node-2"]
+    outcome = svc.filter(pod("p", "big"), asked)
+    assert outcome.node_names == ["node-3", "node-2"] and set(outcome.failed) == {"node-1"}
+    answer = svc.verdicts.candidates(["".join(n) for n in outcome.node_names])  # fresh strings, as parsed
+    claims = svc.cluster.claims(svc.cluster.pod(pod("p", "big")))
+    shape = svc.verdicts.shape(claims)
+    table = svc.store.fits.table(shape)
+    covered = table.covered_at(answer.serial)
+    assert covered is not None and covered == table.covered_at(svc.verdicts.candidates(asked).serial)
+    calls = _allocator_calls(svc)
+    hosts, scores = svc.prioritize_columns(pod("p", "big"), outcome.node_names)
+    assert list(hosts) == ["node-3", "node-2"] and calls == []
+    fresh = service(objects, hold_seconds=0)
+    assert list(fresh.prioritize_columns(pod("p", "big"), ["node-3", "node-2"])[1]) == scores
+
+
+async def test_a_node_changed_between_the_filter_and_prioritize_is_decided_again() -> None:
+    """The filter's answer is covered as of the filter: a bind in between (another pod's, on a
+    node of the answer) makes prioritize decide that node again, and score it as it is now."""
+    objects = cluster(claim("a"), claim("b"), claim("c"), pod("p", "a"), pod("q", "b"), pod("r", "c"), nodes=3, gpus=2)
+    svc = service(objects, hold_seconds=0)
+    await svc.bind("default", "r", "uid-r", "node-1")
+    await svc.bind("default", "q", "uid-q", "node-1")  # node-1 is full: the filter rejects it
+    outcome = svc.filter(pod("p", "a"), ["node-1", "node-2", "node-3"])
+    assert outcome.node_names == ["node-2", "node-3"]
+    fresh = service(objects, hold_seconds=0)
+    for name, uid in (("r", "uid-r"), ("q", "uid-q")):
+        await fresh.bind("default", name, uid, "node-1")
+    # between the filter and prioritize, node-3 is half taken by a new pod s: in both services
+    objects_s = [claim("d"), pod("s", "d")]
+    for service_ in (svc, fresh):
+        for obj in copy.deepcopy(objects_s):
+            service_.backend.apply(obj)  # type: ignore[attr-defined]
+        await service_.bind("default", "s", "uid-s", "node-3")
+    calls = _allocator_calls(svc)
+    scores = list(svc.prioritize_columns(pod("p", "a"), ["node-2", "node-3"])[1])
+    assert calls == [["node-3"]]  # only the node the bind changed
+    assert scores == list(fresh.prioritize_columns(pod("p", "a"), ["node-2", "node-3"])[1])
+    assert scores[1] > scores[0]  # binpack: node-3 half used now
+
+
+async def test_prioritize_of_a_new_list_scores_the_nodes_without_scores_and_none_that_fails() -> None:
+    """A list never seen before (a sample window): the nodes whose scores are remembered are looked
+    up, those dropped since (a bind) scored, and a node that fails now (filled after the filter)
+    gets 0: the same columns as a service that remembers nothing."""
+    objects = cluster(*(claim(c) for c in "abcd"), *(pod(p, c) for p, c in zip("pqrs", "abcd", strict=True)), nodes=3)
+    svc = service(objects, hold_seconds=0)
+    svc.prioritize_columns(pod("p", "a"), ["node-1", "node-2", "node-3"])  # every node scored
+    fresh = service(objects, hold_seconds=0)
+    for service_ in (svc, fresh):
+        await service_.bind("default", "q", "uid-q", "node-2")
+        await service_.bind("default", "r", "uid-r", "node-3")
+        await service_.bind("default", "s", "uid-s", "node-3")  # node-3 is full
+    new_list = ["node-3", "node-2", "node-1"]
+    scores = list(svc.prioritize_columns(pod("p", "a"), new_list)[1])
+    assert scores == list(fresh.prioritize_columns(pod("p", "a"), new_list)[1])
+    assert scores[0] == 0 and scores[1] > scores[2]  # node-3 fails; node-2 half used (binpack)

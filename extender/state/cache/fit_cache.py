@@ -208,9 +208,15 @@ class ShapeVerdicts:
         by_node = self.by_node
         return {node for node in since if node in unique and node not in by_node}
 
-    def mark_covered(self, serial: int) -> None:
-        """Every node of candidate list ``serial`` has a verdict now."""
-        remember(self._covered, serial, self.drops)
+    def mark_covered(self, serial: int, mark: int | None = None) -> None:
+        """Every node of candidate list ``serial`` has a verdict now (``mark``: had one at that
+        ``drops`` mark, for a list taken from one covered then)."""
+        remember(self._covered, serial, self.drops if mark is None else mark)
+
+    def covered_at(self, serial: int) -> int | None:
+        """The ``drops`` mark at which every node of candidate list ``serial`` had a verdict, or
+        None if the list is not covered."""
+        return self._covered.get(serial)
 
     def raw_scores(self, topology_attribute: str | None) -> dict[str, int]:
         """Node -> index of its RawScores in ``values`` (see ``code``)."""

@@ -115,6 +115,28 @@ class VerdictCache:
             remember(recent, joined, entry)
         return entry
 
+    def remember_answer(self, verdicts: ShapeVerdicts, candidates: Candidates, answer: Sequence[str]) -> None:
+        """The filter's answer (``answer``: some of ``candidates``' names, in their order) as a
+        candidate list of its own, covered where ``candidates`` is.
+
+        kube-scheduler asks prioritize about exactly the nodes the filter passed, in the order the
+        filter gave them. When it samples (``percentageOfNodesToScore``) its lists rarely repeat,
+        and when the filter rejects a node (full, held) the prioritize list is not the filter's: it
+        would be a new list, looked up node by node again (the store's strings, the set, which nodes
+        lack a verdict). Remembered here it is found by its joined names, and the nodes the filter
+        saw with verdicts need no second look."""
+        if not answer or len(answer) == len(candidates.names):
+            return  # nothing to prioritize, or the filter's own list (remembered as it is)
+        mark = verdicts.covered_at(candidates.serial)
+        if mark is None:
+            return  # verdicts of this request only (its search paused): nothing to lean on
+        joined = _SEPARATOR.join(answer)
+        if joined in self._recent or joined.count(_SEPARATOR) != len(answer) - 1:
+            return
+        entry = Candidates(list(answer))
+        verdicts.mark_covered(entry.serial, mark)
+        remember(self._recent, joined, entry)
+
     # --- verdicts ------------------------------------------------------------------------------
 
     def shape(self, claims: PodClaims) -> Hashable | None:
