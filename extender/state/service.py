@@ -256,7 +256,8 @@ class SchedulingService:
     def _apply(self, attempt: Attempt) -> FilterOutcome:
         """The attempt's effects, in order: classic DRA's ``potentialNodes`` published; the
         rejected-pod bookkeeping; when exactly one node passes, a tentative hold of the pod's
-        devices there (kube-scheduler then picks it without asking prioritize)."""
+        devices there (kube-scheduler then picks it without asking prioritize); else the nodes
+        passed remembered as the list prioritize will be asked about (``remember_answer``)."""
         claims, outcome = attempt.claims, attempt.outcome
         if attempt.potential is not None and claims is not None:
             self.classic.publish_if_needed(attempt.pod, claims, attempt.potential)
@@ -269,6 +270,9 @@ class SchedulingService:
             self.rejected.placed(claims.pod_uid)
         if attempt.verdicts is not None and len(outcome.node_names) == 1:
             self.holds.hold_chosen(claims, outcome.node_names[0], attempt.verdicts)
+        if attempt.verdicts is not None and attempt.candidates is not None:
+            # the nodes passed are the list kube-scheduler prioritizes next
+            self.verdicts.remember_answer(attempt.verdicts, attempt.candidates, outcome.node_names)
         return outcome
 
     def observe_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:

@@ -266,6 +266,9 @@ async def test_a_node_changed_between_the_filter_and_prioritize_is_decided_again
     await svc.bind("default", "q", "uid-q", "node-1")  # node-1 is full: the filter rejects it
     outcome = svc.filter(pod("p", "a"), ["node-1", "node-2", "node-3"])
     assert outcome.node_names == ["node-2", "node-3"]
+    answer = svc.verdicts.candidates(["node-2", "node-3"])
+    table = svc.store.fits.table(svc.verdicts.shape(svc.cluster.claims(svc.cluster.pod(pod("p", "a")))))
+    assert table.covered_at(answer.serial) is not None  # registered by the filter
     fresh = service(objects, hold_seconds=0)
     for name, uid in (("r", "uid-r"), ("q", "uid-q")):
         await fresh.bind("default", name, uid, "node-1")
@@ -283,9 +286,9 @@ async def test_a_node_changed_between_the_filter_and_prioritize_is_decided_again
 
 
 async def test_prioritize_of_a_new_list_scores_the_nodes_without_scores_and_none_that_fails() -> None:
-    """A list never seen before (a sample window): the nodes whose scores are remembered are looked
-    up, those dropped since (a bind) scored, and a node that fails now (filled after the filter)
-    gets 0: the same columns as a service that remembers nothing."""
+    """A list never seen before (a sample window, without a filter before it): the nodes whose
+    scores are remembered are looked up, those dropped since (a bind) scored, and a node that fails
+    now gets 0: the same columns as a service that remembers nothing."""
     objects = cluster(*(claim(c) for c in "abcd"), *(pod(p, c) for p, c in zip("pqrs", "abcd", strict=True)), nodes=3)
     svc = service(objects, hold_seconds=0)
     svc.prioritize_columns(pod("p", "a"), ["node-1", "node-2", "node-3"])  # every node scored
@@ -298,3 +301,17 @@ async def test_prioritize_of_a_new_list_scores_the_nodes_without_scores_and_none
     scores = list(svc.prioritize_columns(pod("p", "a"), new_list)[1])
     assert scores == list(fresh.prioritize_columns(pod("p", "a"), new_list)[1])
     assert scores[0] == 0 and scores[1] > scores[2]  # node-3 fails; node-2 half used (binpack)
+
+
+def test_answers_prioritize_is_never_asked_about_are_not_remembered() -> None:
+    """One node passing (kube-scheduler then binds without prioritize), and explain's read-only
+    attempt, leave the remembered lists alone: they hold only so many."""
+    objects = cluster(claim("big", count=2), pod("p", "big"), nodes=3, gpus=2)
+    small = gpu_slice("node-1", 1)
+    objects = [small if o["metadata"]["name"] == small["metadata"]["name"] else o for o in objects]
+    svc = service(objects, hold_seconds=0)
+    before = dict(svc.verdicts._recent)
+    assert svc.filter(pod("p", "big"), ["node-1", "node-2"]).node_names == ["node-2"]
+    assert svc.attempt(pod("p", "big"), ["node-1", "node-2", "node-3"]).outcome.node_names == ["node-2", "node-3"]
+    added = [entry.names for key, entry in svc.verdicts._recent.items() if key not in before]
+    assert added == [["node-1", "node-2"], ["node-1", "node-2", "node-3"]]  # the requests' own lists only

@@ -101,8 +101,6 @@ class Attempts:
         decided = not outcome.error
         if decided:
             outcome = self._without_nominated(claims, outcome)
-            if verdicts is not None and candidates is not None:
-                self.verdicts.remember_answer(verdicts, candidates, outcome.node_names)
         return Attempt(
             pod=pod,
             node_names=node_names,

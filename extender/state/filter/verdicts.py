@@ -1,7 +1,7 @@
 """The verdict cache behind filter and prioritize: candidate lists, per-shape verdicts, filter answer
 memos and score columns, over ``state/cache/fit_cache.py``'s remembered verdicts.
 
-``VerdictCache`` has four questions, each asked once per request:
+``VerdictCache`` has four questions, each asked once per request, and remembers one thing more:
 
 - ``candidates(names)``: the request's node names as the store's own string objects, remembered
   by content (kube-scheduler sends the same lists again and again);
@@ -10,7 +10,9 @@ memos and score columns, over ``state/cache/fit_cache.py``'s remembered verdicts
 - ``filter_outcome(verdicts, candidates)``: the filter answer, the same object while no candidate
   started or stopped failing;
 - ``score_codes(verdicts, candidates, attribute)``: per candidate the code of its raw scores, kept
-  per candidate list and patched with the nodes dropped since.
+  per candidate list and patched with the nodes dropped since;
+- ``remember_answer(verdicts, candidates, answer)``: a filter's answer, when it left nodes out, as
+  the candidate list prioritize will be asked about next.
 
 docs/performance.md ("what dominates each curve") says why each of these exists.
 """
@@ -85,6 +87,8 @@ class VerdictCache:
         # Part of every pod shape key: a tuple hashes in C, the frozen dataclass in Python.
         self._features_key = astuple(features)
         self._recent: dict[str, Candidates] = {}
+        # Candidate list serial -> the last filter answer registered for it (``remember_answer``)
+        self._registered: dict[int, Sequence[str]] = {}
 
     # --- candidate lists -----------------------------------------------------------------------
 
@@ -124,14 +128,23 @@ class VerdictCache:
         and when the filter rejects a node (full, held) the prioritize list is not the filter's: it
         would be a new list, looked up node by node again (the store's strings, the set, which nodes
         lack a verdict). Remembered here it is found by its joined names, and the nodes the filter
-        saw with verdicts need no second look."""
-        if not answer or len(answer) == len(candidates.names):
-            return  # nothing to prioritize, or the filter's own list (remembered as it is)
+        saw with verdicts need no second look.
+
+        Not for one node (kube-scheduler does not prioritize a single feasible node), nor for the
+        filter's own list (remembered as it is), nor again for the answer object registered last
+        for this list (the filter answers the same object while nothing changed)."""
+        if len(answer) < 2 or len(answer) == len(candidates.names):
+            return
+        if self._registered.get(candidates.serial) is answer:
+            return
         mark = verdicts.covered_at(candidates.serial)
         if mark is None:
-            return  # verdicts of this request only (its search paused): nothing to lean on
+            return  # verdicts of this request only (a shape not remembered, a search that paused)
         joined = _SEPARATOR.join(answer)
-        if joined in self._recent or joined.count(_SEPARATOR) != len(answer) - 1:
+        if joined.count(_SEPARATOR) != len(answer) - 1:
+            return  # a name with the separator: the joined key could be another list's
+        remember(self._registered, candidates.serial, answer)
+        if joined in self._recent:
             return
         entry = Candidates(list(answer))
         verdicts.mark_covered(entry.serial, mark)
@@ -171,13 +184,15 @@ class VerdictCache:
         unknown = table.unknown(candidates.serial, candidates.unique)
         fits.stats.hits += len(candidates.names) - len(unknown)
         if not unknown:
-            table.mark_covered(candidates.serial)
+            if remember:
+                table.mark_covered(candidates.serial)
             return table
         fits.stats.misses += len(unknown)
         if claims.extended_new:
             unknown = self._decide_extended_variants(claims, table, unknown)
             if not unknown:
-                table.mark_covered(candidates.serial)
+                if remember:
+                    table.mark_covered(candidates.serial)
                 return table
         known: dict[str, Verdict] = {}
 
@@ -204,7 +219,8 @@ class VerdictCache:
             if view is not None:  # else decided from the node's labels alone
                 fits.depends(name, view)
             table.put(name, answer.detached() if isinstance(answer, Allocation) else answer)
-        table.mark_covered(candidates.serial)
+        if remember:  # a table of this request only: nobody asks what it covers
+            table.mark_covered(candidates.serial)
         return table
 
     def _decide_extended_variants(self, claims: PodClaims, table: ShapeVerdicts, unknown: set[str]) -> set[str]:
