@@ -553,6 +553,21 @@ async def _measure(
 # --- checks --------------------------------------------------------------------------------------------------
 
 
+def _replaced_claim(claims: dict[str, Any], pod_meta: dict[str, Any], pod_claim: str, named: str) -> str:
+    """Another claim made for the same entry of the pod (owner and ``pod-claim-name``), allocated
+    and reserved for it, while the pod's status names ``named``: kube-controller-manager 1.36's
+    resourceclaim controller made a second claim after the pod was scheduled with the first
+    (kubernetes#140217). The name of that first claim, or ""."""
+    for other, claim in claims.items():
+        meta = claim.get("metadata") or {}
+        owned = any(o.get("uid") == pod_meta["uid"] for o in meta.get("ownerReferences") or ())
+        entry = (meta.get("annotations") or {}).get("resource.kubernetes.io/pod-claim-name")
+        reserved = any(r.get("uid") == pod_meta["uid"] for r in (claim.get("status") or {}).get("reservedFor") or ())
+        if other != named and owned and entry == pod_claim and reserved:
+            return other
+    return ""
+
+
 def verify(admin: Any, namespace: str, expected: int) -> list[str]:
     """Every pod bound, every claim allocated on its pod's node and reserved for it, no device in
     two claims anywhere in the cluster. Returns the problems (empty: all correct)."""
@@ -581,7 +596,16 @@ def verify(admin: Any, namespace: str, expected: int) -> list[str]:
             status = claim.get("status") or {}
             allocation = status.get("allocation")
             if not allocation:
-                problems.append(f"claim {name} of bound pod {meta['name']} not allocated")
+                replaced = _replaced_claim(claims, meta, ref["name"], name or "")
+                problems.append(
+                    f"claim {name} of bound pod {meta['name']} not allocated"
+                    + (
+                        f" (the resourceclaim controller made it after {replaced}, which is allocated for the pod:"
+                        " kubernetes#140217)"
+                        if replaced
+                        else ""
+                    )
+                )
                 continue
             reserved = {(r.get("name"), r.get("uid")) for r in status.get("reservedFor") or ()}
             if (meta["name"], meta["uid"]) not in reserved:

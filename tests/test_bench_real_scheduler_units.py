@@ -1,12 +1,14 @@
 """The pure parts of ``bench/real_scheduler.py`` (no control plane needed): the extender profile's
 configuration variants (``--extender-config``), the prefill plan (``--prefill``) and kube-scheduler's
-time per attempt read from its metrics."""
+time per attempt read from its metrics, and the check of a run's pods and claims."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from bench.real_scheduler import extender_scheduler_config, prefill_plan, scheduler_breakdown
+from bench.real_scheduler import extender_scheduler_config, prefill_plan, scheduler_breakdown, verify
 
 
 def test_an_extender_config_is_a_deploy_overlay_with_overrides() -> None:
@@ -62,3 +64,41 @@ def test_the_time_per_attempt_splits_into_extension_points_plugins_and_extenders
     }
     assert plugins == {"Filter/A": 3.75, "Filter/B": 1.25}
     assert scheduler_breakdown({}) == ({}, {})
+
+
+class _Admin:
+    """``items(path)`` over fixed pods and claims, as the bench's admin client answers."""
+
+    def __init__(self, pods: list[dict[str, Any]], claims: list[dict[str, Any]]) -> None:
+        self.pods, self.claims = pods, claims
+
+    def items(self, path: str) -> list[dict[str, Any]]:
+        return self.pods if path.endswith("/pods") else self.claims
+
+
+def _claim(name: str, allocated_on: str | None, *, pod_uid: str = "u1", entry: str = "devices") -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    if allocated_on:
+        result = {"driver": "gpu.example.com", "pool": allocated_on, "device": f"gpu-{name}"}
+        status = {"allocation": {"devices": {"results": [result]}}, "reservedFor": [{"name": "p1", "uid": pod_uid}]}
+    meta = {"name": name, "namespace": "ns", "ownerReferences": [{"kind": "Pod", "name": "p1", "uid": pod_uid}],
+            "annotations": {"resource.kubernetes.io/pod-claim-name": entry}}  # fmt: skip
+    return {"metadata": meta, "status": status}
+
+
+def test_verify_names_a_claim_the_resourceclaim_controller_replaced_after_the_pod_was_scheduled() -> None:
+    """The pod's status names a second claim, unallocated; the first, made for the same entry, is
+    allocated for the pod (kube-controller-manager 1.36, kubernetes#140217): still a problem (the
+    pod cannot run), named as such."""
+    pod = {"metadata": {"name": "p1", "uid": "u1"},
+           "spec": {"nodeName": "node-1", "resourceClaims": [{"name": "devices", "resourceClaimTemplateName": "t"}]},
+           "status": {"resourceClaimStatuses": [{"name": "devices", "resourceClaimName": "p1-devices-b"}]}}  # fmt: skip
+    admin = _Admin([pod], [_claim("p1-devices-a", "node-1"), _claim("p1-devices-b", None)])
+    assert verify(admin, "ns", 1) == [
+        "claim p1-devices-b of bound pod p1 not allocated (the resourceclaim controller made it after"
+        " p1-devices-a, which is allocated for the pod: kubernetes#140217)"
+    ]
+    alone = _Admin([pod], [_claim("p1-devices-b", None)])
+    assert verify(alone, "ns", 1) == ["claim p1-devices-b of bound pod p1 not allocated"]
+    pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"] = "p1-devices-a"
+    assert verify(admin, "ns", 1) == []

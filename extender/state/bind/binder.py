@@ -64,7 +64,7 @@ from extender.state.bind.conditions import (
     release_unbindable,
 )
 from extender.state.bind.extended_writes import create_extended_claim, record_extended_status
-from extender.state.cache.claims import PodClaims
+from extender.state.cache.claims import PodClaims, pod_claim_refs
 from extender.state.cache.cluster import ClusterView
 from extender.state.cache.pods import bound_node, nominated_node, pod_group_name, pod_identity, pod_key, pod_uid
 from extender.state.classic import ClassicNegotiator
@@ -572,6 +572,7 @@ class Binder:
                     if before_binding is not None:
                         step = "the gang's bind barrier"
                         await before_binding()
+                    self._check_claims_not_replaced(decision)
                     step = "the binding"
                     await self._bind_pod(namespace, name, uid, decision.node, deadline)
             except TimeoutError:
@@ -608,6 +609,27 @@ class Binder:
                     if record_.created:  # its entry moved to the created claim's key
                         self.ledger.drop(record_.claim_key, pod_uid=uid)
             raise
+
+    def _check_claims_not_replaced(self, decision: _Decision) -> None:
+        """Before the binding: the pod's status must still name the template claims this bind
+        wrote. kube-controller-manager 1.36's resourceclaim controller can make a second claim for
+        a pod whose first one its informer has not shown yet (kubernetes#140217, fixed for 1.37)
+        and record that one in the pod's status instead: bound now, the pod would run with a claim
+        nothing allocated. Transient: the writes are undone and the next attempt allocates the
+        claim the status names."""
+        if decision.claims.group_claims:
+            return  # a PodGroup's template claims are the group's, not named in the pod's status
+        pod = self._current(decision.pod)
+        namespace = pod_identity(pod)[0]
+        written = {claim.key for claim in decision.claims.all}
+        for ref in pod_claim_refs(pod):
+            if ref.template is not None and ref.claim and f"{namespace}/{ref.claim}" not in written:
+                raise Transient(
+                    f'pod "{decision.claims.pod_key}": its status names ResourceClaim {ref.claim} for '
+                    f'"{ref.name}", not the claim this bind allocated (the resourceclaim controller made '
+                    "another); the allocation is undone for the next attempt",
+                    claim=f"{namespace}/{ref.claim}",
+                )
 
     def waiting_for_conditions(self, pod_key: str) -> bool:
         """Whether a bind of the pod (``namespace/name``) is waiting right now for its devices'
