@@ -613,10 +613,10 @@ class Binder:
     def _check_claims_not_replaced(self, decision: _Decision) -> None:
         """Before the binding: the pod's status must still name the template claims this bind
         wrote. kube-controller-manager 1.36's resourceclaim controller can make a second claim for
-        a pod whose first one its informer has not shown yet (kubernetes#140217, fixed for 1.37)
-        and record that one in the pod's status instead: bound now, the pod would run with a claim
-        nothing allocated. Transient: the writes are undone and the next attempt allocates the
-        claim the status names."""
+        a pod whose first one its informer has not shown yet (kubernetes#140217; fixed upstream by
+        kubernetes#140227, not in 1.36.3) and record that one in the pod's status instead: bound
+        now, the pod would run with a claim nothing allocated. Transient: the writes are undone and
+        the next attempt allocates the claim the status names."""
         if decision.claims.group_claims:
             return  # a PodGroup's template claims are the group's, not named in the pod's status
         pod = self._current(decision.pod)
