@@ -562,8 +562,9 @@ def _replaced_claim(claims: dict[str, Any], pod_meta: dict[str, Any], pod_claim:
         meta = claim.get("metadata") or {}
         owned = any(o.get("uid") == pod_meta["uid"] for o in meta.get("ownerReferences") or ())
         entry = (meta.get("annotations") or {}).get("resource.kubernetes.io/pod-claim-name")
-        reserved = any(r.get("uid") == pod_meta["uid"] for r in (claim.get("status") or {}).get("reservedFor") or ())
-        if other != named and owned and entry == pod_claim and reserved:
+        status = claim.get("status") or {}
+        reserved = any(r.get("uid") == pod_meta["uid"] for r in status.get("reservedFor") or ())
+        if other != named and owned and entry == pod_claim and status.get("allocation") and reserved:
             return other
     return ""
 

@@ -570,6 +570,8 @@ class Binder:
                     step = "binding conditions"
                     await self._await_binding_conditions(decision, [r.claim_key for r in written], writes_by)
                     if before_binding is not None:
+                        # before the gate too: once it opened, the gang's other members bind
+                        self._check_claims_not_replaced(decision)
                         step = "the gang's bind barrier"
                         await before_binding()
                     self._check_claims_not_replaced(decision)

@@ -196,10 +196,13 @@ async def test_a_claim_the_controller_replaced_before_the_binding_is_undone_and_
         assert node_of(fake, "p1") is None
         undone = fake.get_object("ResourceClaim", "default", first, group="resource.k8s.io")
         assert undone is not None and not (undone.get("status") or {}).get("allocation")
+        assert not (undone["metadata"].get("finalizers") or [])  # the finalizer it wrote is gone too
+        await until(lambda: all(e.pod_key != "default/p1" for e in service.ledger))
         await service.bind("default", "p1", "uid-p1", "node-1")  # kube-scheduler's next attempt
         claim = fake.get_object("ResourceClaim", "default", "p1-t0-fghij", group="resource.k8s.io")
         assert claim is not None and claim["status"]["reservedFor"][0]["uid"] == "uid-p1"
         assert node_of(fake, "p1") == "node-1"
+        assert_consistent(fake)
     finally:
         await backend.stop()
 
