@@ -62,3 +62,19 @@ def test_quick_loop_stall_prints_its_table(capsys: pytest.CaptureFixture[str]) -
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("|")]  # logs aside
     assert table[0].startswith("| mode | slice ms | search s | /healthz answered |")
     assert [line.split("|")[1].strip() for line in table[2:]] == ["blocking", "thread"] + ["cooperative"] * 4
+
+
+def test_quick_sampled_stream_prints_cpu_per_verb() -> None:
+    """``python -m bench.sampled_stream --quick`` (its own process: it silences the service's logs
+    globally): every pod bound, a row per verb and the total."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.sampled_stream", "--quick"], cwd=root, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| 40 ")]
+    assert [cells[4].strip() for cells in rows] == ["filter", "prioritize", "bind", "total"]
+    assert all(cells[3].strip() == "40" for cells in rows)  # every pod bound
