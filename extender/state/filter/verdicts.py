@@ -41,6 +41,12 @@ _SEPARATOR = "\x00"
 _SERIALS = count()
 
 
+def _joins_one_list(joined: str, names: int) -> bool:
+    """Whether ``joined``, ``names`` names joined with the separator, can key a remembered list:
+    none of them holds the separator, so no other list joins alike."""
+    return joined.count(_SEPARATOR) == max(0, names - 1)
+
+
 class DuplicateNodes(ValueError):
     """A prioritize request listed a node that fits more than once (kube-scheduler never does:
     each node can have one score only). The server answers it as a bad request."""
@@ -115,7 +121,7 @@ class VerdictCache:
         canonical = self.store.node_names
         names = list(map(canonical.get, node_names, node_names))
         entry = Candidates(names)
-        if joined.count(_SEPARATOR) == max(0, len(names) - 1):  # else two lists could join alike
+        if _joins_one_list(joined, len(names)):
             remember(recent, joined, entry)
         return entry
 
@@ -141,8 +147,8 @@ class VerdictCache:
         if mark is None:
             return  # verdicts of this request only (a shape not remembered, a search that paused)
         joined = _SEPARATOR.join(answer)
-        if joined.count(_SEPARATOR) != len(answer) - 1:
-            return  # a name with the separator: the joined key could be another list's
+        if not _joins_one_list(joined, len(answer)):
+            return
         remember(self._registered, candidates.serial, answer)
         if joined in self._recent:
             return
