@@ -758,7 +758,9 @@ class Bench(AdminPlane):
             return (lambda: self.plane.stop_scheduler(name)), {"kube-scheduler": process.popen.pid}, None
         started = time.monotonic()
         extender = Extender(
-            self.deployment.kubeconfig, self.plane.logs / f"dra-extender-{name}.log", args=["--log-level", "info"]
+            self.deployment.kubeconfig,
+            self.plane.logs / f"dra-extender-{name}.log",
+            args=["--log-level", "info", *extender_overlay_args(config_spec)],
         ).start(timeout=CLEANUP_TIMEOUT)
         assert self.setup is not None
         self.setup.extender_start_s.append(round(time.monotonic() - started, 1))
@@ -929,7 +931,8 @@ def extender_scheduler_config(spec: str) -> dict[str, Any]:
     """The KubeSchedulerConfiguration of an extender run: ``deploy/<overlay>``'s as shipped (``base``,
     or another kustomization under ``deploy/``), then the overrides after a colon, comma separated:
     ``pct=N`` (``percentageOfNodesToScore``), ``scores=none`` (every in-tree PreScore and Score plugin
-    off), ``weight=N`` (the extender's). Raises ValueError naming a bad spec."""
+    off), ``weight=N`` (the extender's), ``picks=off`` (the extender without ``--filter-picks-node``:
+    ``extender_overlay_args``). Raises ValueError naming a bad spec."""
     from tests.deploy.render import DEPLOY, render, scheduler_config
 
     overlay, _, overrides = spec.partition(":")
@@ -949,9 +952,34 @@ def extender_scheduler_config(spec: str) -> dict[str, Any]:
                 plugins.setdefault(point, {})["disabled"] = [{"name": "*"}]
         elif key == "weight" and value.isdigit():
             extender["weight"] = int(value)
+        elif key == "picks" and value == "off":
+            pass  # the extender's flags: ``extender_overlay_args``
         else:
-            raise ValueError(f"--extender-config {spec!r}: unknown override {item!r} (pct=N, scores=none, weight=N)")
+            raise ValueError(
+                f"--extender-config {spec!r}: unknown override {item!r} (pct=N, scores=none, weight=N, picks=off)"
+            )
     return config
+
+
+def extender_overlay_args(spec: str) -> list[str]:
+    """The extender's flags ``deploy/<overlay>`` adds to ``deploy/base``'s (``--filter-picks-node`` in
+    ``large-cluster``, unless the spec's overrides say ``picks=off``): the run's extender gets them,
+    as the overlay's Deployment would."""
+    from tests.deploy.render import DEPLOY, container, find, render
+
+    def args(overlay: str) -> list[str]:
+        deployment = find(render(DEPLOY / overlay), "Deployment", "dra-extender-scheduler")
+        return [str(arg) for arg in container(deployment, "extender").get("args") or ()]
+
+    name, _, overrides = spec.partition(":")
+    base = args("base")
+    overlay = args(name)
+    if overlay[: len(base)] != base:
+        raise ValueError(f"--extender-config {spec!r}: the overlay's extender args do not extend the base's")
+    added = overlay[len(base) :]
+    if "picks=off" in overrides.split(","):
+        added = [arg for arg in added if arg != "--filter-picks-node"]
+    return added
 
 
 def _slug(spec: str) -> str:

@@ -316,6 +316,15 @@ def _add_serve(commands: Any) -> None:
         "that node for the bind kube-scheduler sends next; 0 turns holds off (default %(default)s)",
         type=_checked(_non_negative_float),
     )
+    serve.add_argument(
+        "--filter-picks-node",
+        action="store_true",
+        default=os.environ.get(_env("--filter-picks-node"), "") not in ("", "0"),
+        help="answer the filter of a pod with no soft scheduling preferences of its own with the one node "
+        "prioritize would rank first, so that kube-scheduler binds it without scoring the nodes "
+        "(docs/configuration.md; deploy/large-cluster) "
+        f"[env {_env('--filter-picks-node')}=1]",
+    )
     option(
         "--claim-wait-seconds",
         "15",
@@ -522,6 +531,7 @@ def _serve(args: argparse.Namespace) -> int:
         gang_hold_seconds=args.gang_hold_seconds,
         gang_retry_backoff=args.gang_retry_backoff,
         gang_barrier_seconds=args.gang_barrier_seconds,
+        filter_picks_node=args.filter_picks_node,
     )
     try:
         run(create_app(service, settings))

@@ -51,7 +51,8 @@ def test_a_tiny_real_scheduler_run_binds_every_pod_in_both_profiles(tmp_path: Pa
 def test_the_real_kube_scheduler_runs_the_large_cluster_variant(tmp_path: Path) -> None:
     """deploy/large-cluster's KubeSchedulerConfiguration (a node sample, some scores off) is one the real
     kube-scheduler v1.36 accepts (it decodes strictly) and schedules with: every pod bound, every claim
-    correct, no failed attempt on an empty cluster."""
+    correct, no failed attempt on an empty cluster. Its extender runs with ``--filter-picks-node``: the
+    filter names one node per pod, so the real kube-scheduler never calls prioritize."""
     out_file = tmp_path / "large.json"
     command = [sys.executable, "-m", "bench.pipeline", "--scheduler", "real", "--sizes", "5", "--devices", "2"]
     command += ["--pods", "6", "--claims", "direct", "--profiles", "extender", "--extender-config", "large-cluster"]
@@ -62,3 +63,5 @@ def test_the_real_kube_scheduler_runs_the_large_cluster_variant(tmp_path: Path) 
     assert (run["profile"], run["config"]) == ("extender", "large-cluster")
     assert run["bound"] == run["pods"] == 6 and run["problems"] == []
     assert run["attempts"].get("scheduled") == 6 and sum(run["attempts"].values()) == 6
+    assert "filter" in run["extender_verbs_ms"] and "bind" in run["extender_verbs_ms"]
+    assert "prioritize" not in run["extender_verbs_ms"], run["extender_verbs_ms"]

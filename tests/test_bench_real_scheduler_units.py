@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from bench.real_scheduler import extender_scheduler_config, prefill_plan, scheduler_breakdown, verify
+from bench.real_scheduler import (
+    extender_overlay_args,
+    extender_scheduler_config,
+    prefill_plan,
+    scheduler_breakdown,
+    verify,
+)
 
 
 def test_an_extender_config_is_a_deploy_overlay_with_overrides() -> None:
@@ -21,6 +27,14 @@ def test_an_extender_config_is_a_deploy_overlay_with_overrides() -> None:
     assert profile["plugins"]["preScore"]["disabled"] == [{"name": "*"}]
     assert sampled["extenders"][0]["weight"] == 3
     assert extender_scheduler_config("large-cluster")["profiles"][0]["percentageOfNodesToScore"] == 10
+
+
+def test_an_extender_run_gets_the_flags_its_overlay_adds_to_the_base() -> None:
+    assert extender_overlay_args("base") == []
+    assert extender_overlay_args("large-cluster") == ["--filter-picks-node"]
+    assert extender_overlay_args("large-cluster:pct=50") == ["--filter-picks-node"]
+    assert extender_overlay_args("large-cluster:pct=50,picks=off") == []
+    assert extender_scheduler_config("large-cluster:picks=off") == extender_scheduler_config("large-cluster")
 
 
 @pytest.mark.parametrize("spec", ["nowhere", "base:pct=101", "base:scores=some", "base:speed=2", ":pct=10"])

@@ -132,13 +132,16 @@ class NodeSelector:
 
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
-    """What node matching needs of a Node: its name and labels."""
+    """What node matching needs of a Node: its name and labels (and the little else below)."""
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     #: ``status.allocatable``'s extended resources (name -> whole units): a node advertising one
     #: serves it with a device plugin, not with DRA (``extender.core.extended``).
     allocatable: Mapping[str, int] = field(default_factory=dict)
+    #: ``spec.taints`` of effect PreferNoSchedule, as (key, value): kube-scheduler's TaintToleration
+    #: score weighs them; a filter that chooses the node itself must not choose against it.
+    soft_taints: tuple[tuple[str, str], ...] = ()
 
 
 # --- ResourceSlice --------------------------------------------------------------------------

@@ -103,7 +103,8 @@ async def filter_nodes(request: web.Request) -> web.Response:
 
 def _encoded_filter_answer(answers: EncodedAnswers, args: ExtenderArgs, outcome: FilterOutcome) -> bytes:
     """The filter answer's JSON, the remembered bytes when the service repeats an outcome."""
-    reusable = args.node_list is None and args.names_given and not outcome.error
+    # a picked outcome is made afresh for each pod (``--filter-picks-node``): never asked again
+    reusable = args.node_list is None and args.names_given and not outcome.error and not outcome.picked
     if reusable and (body := answers.get(outcome)) is not None:
         return body
     answer = filter_result(

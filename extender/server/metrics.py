@@ -209,6 +209,12 @@ class _StateCollector(Collector):
                 "Seconds binds waited for template claims to be created, summed.",
                 stats.claim_wait_seconds,
             ),
+            (
+                CounterMetricFamily,
+                "filter_picks",
+                "Filter answers that named only the node the extender ranks first (--filter-picks-node).",
+                stats.filter_picks,
+            ),
         )
         for family, name, text, value in scalars:
             metric = family(f"{NAMESPACE}_{name}", text)

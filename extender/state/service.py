@@ -11,6 +11,7 @@ writes (``filter_and_recover``) are a leader's.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -38,9 +39,16 @@ from extender.state.bind.conditions import (
     DEFAULT_BINDING_WAIT_SECONDS,
     BindingTimeout,
 )
+from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
 from extender.state.cache.ledger import InFlightLedger
-from extender.state.cache.pods import pod_group_name, pod_identity, pod_uid
+from extender.state.cache.pods import (
+    pod_group_name,
+    pod_identity,
+    pod_uid,
+    scheduling_preference,
+    tolerates_soft_taint,
+)
 from extender.state.classic import ClassicNegotiator
 from extender.state.filter.attempt import Attempt, Attempts
 from extender.state.filter.gangs import DEFAULT_GANG_HOLD_SECONDS, DEFAULT_GANG_RETRY_BACKOFF, GangFilter
@@ -94,6 +102,8 @@ class SchedulingService:
     bind for them (``bind/conditions.py``); ``bind_deadline_seconds``: a bind's whole time (and the
     ledger's TTL, ``ledger_ttl``); ``filter_timeout_seconds``: each node's search budget (0: none);
     ``preemption``: device-aware preemption on; ``preempt_timeout_seconds``: the preempt verb's.
+    ``filter_picks_node``: the filter answers a pod without soft preferences of its own with the
+    one node prioritize would rank first (``_picked``), so kube-scheduler scores nothing.
     ``clock`` (monotonic) measures every deadline, TTL and lifetime, ``wall_clock`` what the API
     server stamps (``state/clock.py``); tests inject both."""
 
@@ -117,6 +127,7 @@ class SchedulingService:
         gang_hold_seconds: float = DEFAULT_GANG_HOLD_SECONDS,
         gang_retry_backoff: int = DEFAULT_GANG_RETRY_BACKOFF,
         gang_barrier_seconds: float = DEFAULT_GANG_BARRIER_SECONDS,
+        filter_picks_node: bool = False,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -126,6 +137,7 @@ class SchedulingService:
             ledger = InFlightLedger(ttl_seconds=ledger_ttl(bind_deadline_seconds), clock=clock)
         self.ledger = ledger
         self.features = features
+        self.filter_picks_node = filter_picks_node
         self.stats = ServiceStats()
         #: True once ``warm_up`` has run (the server's /readyz waits for it after the sync).
         self.warmed = False
@@ -250,30 +262,56 @@ class SchedulingService:
         if self.backend.synced:
             self.holds.release(pod_uid(pod))
         attempt = self.attempts.decide(pod, node_names)
-        self._apply(attempt)
-        return attempt
+        return self._apply(attempt)
 
-    def _apply(self, attempt: Attempt) -> FilterOutcome:
+    def _apply(self, attempt: Attempt) -> Attempt:
         """The attempt's effects, in order: classic DRA's ``potentialNodes`` published; the
         rejected-pod bookkeeping; when exactly one node passes, a tentative hold of the pod's
-        devices there (kube-scheduler then picks it without asking prioritize); else the nodes
-        passed remembered as the list prioritize will be asked about (``remember_answer``)."""
+        devices there (kube-scheduler then picks it without asking prioritize); else, with
+        ``filter_picks_node``, the node chosen (``_picked``: the attempt returned answers with it
+        alone), or the nodes passed remembered as the list prioritize will be asked about
+        (``remember_answer``)."""
         claims, outcome = attempt.claims, attempt.outcome
         if attempt.potential is not None and claims is not None:
             self.classic.publish_if_needed(attempt.pod, claims, attempt.potential)
         if not attempt.decided or claims is None:
-            return outcome
+            return attempt
         if not outcome.node_names:
             self.rejected.rejected(attempt.pod)
-            return outcome
+            return attempt
         if claims.pod_uid in self.rejected:
             self.rejected.placed(claims.pod_uid)
         if attempt.verdicts is not None and len(outcome.node_names) == 1:
             self.holds.hold_chosen(claims, outcome.node_names[0], attempt.verdicts)
         if attempt.verdicts is not None and attempt.candidates is not None:
-            # the nodes passed are the list kube-scheduler prioritizes next
+            # the nodes passed are the list kube-scheduler prioritizes next (or the pick scores)
             self.verdicts.remember_answer(attempt.verdicts, attempt.candidates, outcome.node_names)
-        return outcome
+            if self.filter_picks_node and len(outcome.node_names) > 1:
+                picked = self._picked(attempt, claims, outcome)
+                if picked is not None:
+                    return dataclasses.replace(attempt, outcome=picked)
+        return attempt
+
+    def _picked(self, attempt: Attempt, claims: PodClaims, outcome: FilterOutcome) -> FilterOutcome | None:
+        """The filter answer naming only the node prioritize would rank first (its devices held
+        there, as prioritize holds them), the failed nodes' reasons kept: with one node left,
+        kube-scheduler binds there without scoring or asking prioritize (a round trip and a score
+        of every node less per pod). Only for a pod that leaves nothing else for kube-scheduler's
+        scores to weigh: no soft preference of its own (``scheduling_preference``), not of a
+        PodGroup, no classic claim, and a chosen node without a ``PreferNoSchedule`` taint the pod
+        does not tolerate. None: the whole answer stands."""
+        pod = attempt.pod
+        if claims.classic or claims.group is not None or pod_group_name(pod) or scheduling_preference(pod):
+            return None
+
+        def untainted(node: str) -> bool:  # else kube-scheduler's taint score may well choose another
+            return all(tolerates_soft_taint(pod, key, value) for key, value in self.store.node(node).soft_taints)
+
+        node = self.prioritizer.pick(pod, claims, outcome.node_names, untainted)
+        if node is None:
+            return None
+        self.stats.filter_picks += 1
+        return FilterOutcome([node], failed=outcome.failed, unresolvable=outcome.unresolvable, picked=True)
 
     def observe_nodes(self, nodes: Sequence[Mapping[str, Any]]) -> None:
         """Node objects of a request (nodeCacheCapable: false), so that node selectors see their

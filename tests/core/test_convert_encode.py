@@ -295,3 +295,29 @@ def test_node_without_labels_and_bad_labels() -> None:
         decode_node({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": {"zone": 1}}})
     with pytest.raises(InvalidObject, match=r"^Node: metadata.name: required$"):
         decode_node({"apiVersion": "v1", "kind": "Node", "metadata": {}})
+
+
+def test_node_soft_taints_are_its_prefer_no_schedule_ones() -> None:
+    taints = [
+        {"key": "spot", "value": "yes", "effect": "PreferNoSchedule"},
+        {"key": "dedicated", "value": "ml", "effect": "NoSchedule"},
+        {"key": "maintenance", "effect": "PreferNoSchedule"},
+    ]
+    node = decode_node({"metadata": {"name": "n"}, "spec": {"taints": taints}})
+    assert node.soft_taints == (("spot", "yes"), ("maintenance", ""))
+    assert decode_node({"metadata": {"name": "n"}, "spec": {"unschedulable": True}}).soft_taints == ()
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"taints": {"key": "x"}}, r"^Node n: spec.taints: must be a list$"),
+        ({"taints": ["x"]}, r"^Node n: spec.taints\[0\]: must be an object$"),
+        ({"taints": [{"effect": "PreferNoSchedule"}]}, r"^Node n: spec.taints\[0\].key: required$"),
+        ({"taints": [{"key": "x", "value": 1}]}, r"^Node n: spec.taints\[0\].value: must be a string$"),
+        ([], r"^Node n: spec: must be an object$"),
+    ],
+)
+def test_malformed_node_taints_are_refused(spec: Any, message: str) -> None:
+    with pytest.raises(InvalidObject, match=message):
+        decode_node({"metadata": {"name": "n"}, "spec": spec})

@@ -244,6 +244,14 @@ def test_the_large_cluster_variant_samples_and_drops_only_resource_scores() -> N
         assert kept <= {"DynamicResources"}, f"{point}: a filter of the base must stay on"
 
 
+def test_the_large_cluster_variants_extender_picks_the_node_in_its_filter() -> None:
+    """The one extender flag the variant adds (docs/deploy.md): the sidecar's filter names the
+    node for pods without soft preferences, so kube-scheduler scores nothing for them."""
+    args = {name: container(find(_docs(name), "Deployment", "dra-extender-scheduler"), "extender")["args"]
+            for name in ("plain", "large-cluster")}  # fmt: skip
+    assert args["large-cluster"] == [*args["plain"], "--filter-picks-node"]
+
+
 def test_extender_entry(variant: str) -> None:
     (extender,) = scheduler_config(_docs(variant))["extenders"]
     assert extender["nodeCacheCapable"] is True

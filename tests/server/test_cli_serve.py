@@ -63,6 +63,15 @@ def test_flags(served: list[web.Application]) -> None:
     assert "default/two-gpus" in service.store.claims
 
 
+def test_filter_picks_node_flag_and_variable(served: list[web.Application], monkeypatch: pytest.MonkeyPatch) -> None:
+    assert cli.main(["serve", "--cluster", str(CLUSTER), "--filter-picks-node"]) == 0
+    monkeypatch.setenv("DRA_EXTENDER_FILTER_PICKS_NODE", "1")
+    assert cli.main(["serve", "--cluster", str(CLUSTER)]) == 0
+    monkeypatch.setenv("DRA_EXTENDER_FILTER_PICKS_NODE", "0")
+    assert cli.main(["serve", "--cluster", str(CLUSTER)]) == 0
+    assert [app[SERVICE].filter_picks_node for app in served] == [True, True, False]
+
+
 def test_event_loop_flag_and_variable(served: list[web.Application], monkeypatch: pytest.MonkeyPatch) -> None:
     assert cli.main(["serve", "--cluster", str(CLUSTER), "--event-loop", "asyncio"]) == 0
     monkeypatch.setenv("DRA_EXTENDER_EVENT_LOOP", "uvloop")
@@ -78,6 +87,7 @@ def test_defaults(served: list[web.Application]) -> None:
     assert settings.tls_cert_file is None
     assert settings.event_loop == "auto"
     assert str(service.scoring) == "binpack=1,prioritized=1"
+    assert service.filter_picks_node is False
 
 
 def test_environment_variables(served: list[web.Application], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,7 @@ from structlog.testing import capture_logs
 from extender.backends.embedded import EmbeddedBackend
 from extender.server import ServerSettings, create_app
 from extender.state.service import SchedulingService
+from tests.manifests import claim, cluster, pod
 from tests.timing import TickingClock
 
 Client = TestClient[Any, Any]
@@ -189,3 +190,18 @@ async def test_metrics_follow_the_cache(client: Client, backend: EmbeddedBackend
     assert f'dra_extender_fit_cache_total{{result="hit"}} {float(len(NODES) - 1)}' in text
     assert f'dra_extender_fit_cache_total{{result="miss"}} {float(len(NODES) + 1)}' in text
     assert f"dra_extender_fit_cache_verdicts {float(len(NODES) - 1)}" in text
+
+
+async def test_with_filter_picks_node_the_filter_answers_one_node_and_counts_it(
+    aiohttp_client: Callable[..., Awaitable[Client]],
+) -> None:
+    objects = cluster(claim("c-p"), pod("p", "c-p"), nodes=3, gpus=2)
+    service = SchedulingService(backend=EmbeddedBackend(objects), clock=TickingClock(), filter_picks_node=True)
+    picking = await aiohttp_client(create_app(service, ServerSettings(path_prefix="/v1")))
+    names = ["node-1", "node-2", "node-3"]
+    for _ in range(2):  # the pod's second attempt gives its hold back and picks again
+        answer = await post(picking, "filter", {"Pod": stored_pod(service.backend, "p"), "NodeNames": names})
+        assert answer["NodeNames"] == ["node-1"] and answer["FailedNodes"] == {} and answer["Error"] == ""
+    text = await (await picking.get("/v1/metrics")).text()
+    assert "dra_extender_filter_picks_total 2.0" in text
+    assert 'dra_extender_holds_total{outcome="placed"} 2.0' in text

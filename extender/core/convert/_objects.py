@@ -17,7 +17,18 @@ from extender.core.model import (
     ResourceSlice,
 )
 
-from ._base import GROUP, node_selector, object_dict, object_name, reported_as, string_map
+from ._base import (
+    GROUP,
+    mapping,
+    node_selector,
+    object_dict,
+    object_name,
+    reported_as,
+    required_string,
+    sequence,
+    string,
+    string_map,
+)
 from ._claims import decode_device_class, decode_resource_claim, decode_resource_claim_template
 from ._scheduling import decode_pod_scheduling_context
 from ._slices import decode_resource_slice
@@ -58,7 +69,24 @@ def decode_node(raw: object) -> NodeInfo:
     with reported_as(f"Node {name}"):
         status = body.get("status")
         allocatable = scalar_allocatable(status.get("allocatable")) if isinstance(status, dict) else {}
-        return NodeInfo(name=name, labels=string_map(meta.get("labels"), "metadata.labels"), allocatable=allocatable)
+        return NodeInfo(
+            name=name,
+            labels=string_map(meta.get("labels"), "metadata.labels"),
+            allocatable=allocatable,
+            soft_taints=_soft_taints(body.get("spec")),
+        )
+
+
+def _soft_taints(spec: object) -> tuple[tuple[str, str], ...]:
+    """``spec.taints`` of effect PreferNoSchedule as (key, value); malformed taints raise."""
+    soft: list[tuple[str, str]] = []
+    for i, raw in enumerate(sequence(mapping(spec, "spec").get("taints"), "spec.taints")):
+        taint = mapping(raw, f"spec.taints[{i}]")
+        key = required_string(taint.get("key"), f"spec.taints[{i}].key")
+        value = string(taint.get("value"), f"spec.taints[{i}].value")
+        if taint.get("effect") == "PreferNoSchedule":
+            soft.append((key, value))
+    return tuple(soft)
 
 
 def decode_node_selector(raw: object) -> NodeSelector:

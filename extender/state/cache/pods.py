@@ -24,7 +24,9 @@ __all__ = [
     "pod_phase",
     "pod_priority",
     "pod_uid",
+    "scheduling_preference",
     "start_time",
+    "tolerates_soft_taint",
 ]
 
 #: Phases of a pod whose containers have all stopped for good: it holds nothing any more.
@@ -113,3 +115,47 @@ def nominated_node(pod: Mapping[str, Any]) -> str:
 def start_time(pod: Mapping[str, Any]) -> str:
     """``status.startTime`` as RFC 3339 text ("" when unknown)."""
     return str(_status(pod).get("startTime") or "")
+
+
+#: Controllers whose pods kube-scheduler spreads by default (PodTopologySpread's system default
+#: constraints, ``ScheduleAnyway``, apply to pods a Service, ReplicationController, ReplicaSet or
+#: StatefulSet selects); the pod's controller is how the extender tells, without watching them.
+_SPREAD_BY_DEFAULT = frozenset({"ReplicaSet", "StatefulSet", "ReplicationController"})
+
+
+def scheduling_preference(pod: Mapping[str, Any]) -> str:
+    """The first of the pod's own soft scheduling preferences, which kube-scheduler's scores weigh
+    ("" when it has none): preferred node affinity, preferred pod affinity or anti-affinity, a
+    ``ScheduleAnyway`` topology spread constraint, or a controller whose pods are spread by default.
+    A filter may choose the node itself only for a pod without any (``--filter-picks-node``)."""
+    spec = _spec(pod)
+    affinity = spec.get("affinity") or {}
+    for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
+        if (affinity.get(kind) or {}).get("preferredDuringSchedulingIgnoredDuringExecution"):
+            return f"preferred {kind}"
+    for constraint in spec.get("topologySpreadConstraints") or ():
+        if not isinstance(constraint, Mapping) or constraint.get("whenUnsatisfiable") != "DoNotSchedule":
+            return "a ScheduleAnyway topology spread constraint"
+    for owner in _meta(pod).get("ownerReferences") or ():
+        if isinstance(owner, Mapping) and owner.get("controller") and owner.get("kind") in _SPREAD_BY_DEFAULT:
+            return f"spread by default as a {owner['kind']}'s pod"
+    return ""
+
+
+def tolerates_soft_taint(pod: Mapping[str, Any], key: str, value: str) -> bool:
+    """Whether one of the pod's tolerations tolerates a ``PreferNoSchedule`` taint ``key=value``
+    (core/v1's rule: an empty effect or PreferNoSchedule; an empty key with Exists matches every
+    key; Equal, or no operator, compares the value). An operator this code does not know
+    (1.35's alpha Lt and Gt) tolerates nothing here: the caller then leaves the choice to
+    kube-scheduler."""
+    for toleration in _spec(pod).get("tolerations") or ():
+        if not isinstance(toleration, Mapping):
+            continue
+        if toleration.get("effect") not in (None, "", "PreferNoSchedule"):
+            continue
+        if toleration.get("key") and toleration.get("key") != key:
+            continue
+        operator = toleration.get("operator") or "Equal"
+        if operator == "Exists" or (operator == "Equal" and (toleration.get("value") or "") == value):
+            return True
+    return False

@@ -8,7 +8,7 @@ pod's devices there are held (``holds.py``): kube-scheduler then picks that node
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from extender.core.errors import PodUnschedulable
@@ -45,9 +45,42 @@ class Prioritizer:
             return node_names, [0] * len(node_names)
         return self._scored(claims, self.policy_for(pod), node_names)
 
+    def pick(
+        self, pod: Mapping[str, Any], claims: PodClaims, node_names: Sequence[str], accept: Callable[[str], bool]
+    ) -> str | None:
+        """The node prioritize would rank first among ``node_names`` (nodes the filter passed), if
+        ``accept`` accepts it, with the pod's devices there held as prioritize holds them; None when
+        there is none to name (no claim to allocate, a pod annotation's policy that does not parse:
+        prioritize answers that) or it is not accepted. ``filter_picks_node`` (the service)
+        answers the filter with it alone."""
+        if not claims.to_allocate:
+            return None
+        try:
+            policy = self.policy_for(pod)
+        except PodUnschedulable:
+            return None
+        names, _, best = self._ranked(claims, policy, node_names, choose=True, accept=accept)
+        return names[best] if best is not None else None
+
     def _scored(
         self, claims: PodClaims, policy: ScoringPolicy, node_names: Sequence[str]
     ) -> tuple[Sequence[str], list[int]]:
+        names, scores, _ = self._ranked(claims, policy, node_names, choose=self.holds.enabled)
+        return names, scores
+
+    def _ranked(
+        self,
+        claims: PodClaims,
+        policy: ScoringPolicy,
+        node_names: Sequence[str],
+        *,
+        choose: bool,
+        accept: Callable[[str], bool] | None = None,
+    ) -> tuple[Sequence[str], list[int], int | None]:
+        """The scores and, with ``choose``, the index of the one best node (``one_best``: the
+        scores make it the only best), where the pod's devices are held when holds are on; None
+        when nothing is chosen, the pod fits on none of them, has nothing to allocate, or
+        ``accept`` refuses the best node."""
         candidates = self.verdicts.candidates(node_names)
         verdicts = self.verdicts.verdicts(claims, candidates)
         attribute = policy.topology_attribute if policy.weights.get(TOPOLOGY) else None
@@ -59,12 +92,13 @@ class Prioritizer:
         score_by_code: dict[int | None, int] = {code: by_value[value] for code, value in in_use.items()}
         score_by_code[None] = 0
         scores = list(map(score_by_code.__getitem__, codes))
-        if self.holds.enabled and claims.to_allocate and scores:
-            best = one_best(scores, codes)
-            if best is not None:
-                self.holds.hold_chosen(claims, candidates.names[best], verdicts)
+        best = one_best(scores, codes) if choose and claims.to_allocate and scores else None
+        if best is not None and accept is not None and not accept(candidates.names[best]):
+            best = None
+        if best is not None and self.holds.enabled:
+            self.holds.hold_chosen(claims, candidates.names[best], verdicts)
         # a tuple: the list is the service's own canonical one (``VerdictCache.candidates``)
-        return tuple(candidates.names), scores
+        return tuple(candidates.names), scores, best
 
     def policy_for(self, pod: Mapping[str, Any]) -> ScoringPolicy:
         """The pod's scoring policy: its annotation's, else the service's."""

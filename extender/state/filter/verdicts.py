@@ -61,6 +61,8 @@ class FilterOutcome:
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     error: str = ""
+    #: The filter chose the node itself (``--filter-picks-node``): a new outcome every time.
+    picked: bool = False
 
 
 class Candidates:
