@@ -319,7 +319,7 @@ def _add_serve(commands: Any) -> None:
     serve.add_argument(
         "--filter-picks-node",
         action="store_true",
-        default=os.environ.get(_env("--filter-picks-node"), "") not in ("", "0"),
+        default=os.environ.get(_env("--filter-picks-node"), "").lower() in _TRUE,
         help="answer the filter of a pod with no soft scheduling preferences of its own with the one node "
         "prioritize would rank first, so that kube-scheduler binds it without scoring the nodes "
         "(docs/configuration.md; deploy/large-cluster) "

@@ -296,11 +296,17 @@ class SchedulingService:
         """The filter answer naming only the node prioritize would rank first (its devices held
         there, as prioritize holds them), the failed nodes' reasons kept: with one node left,
         kube-scheduler binds there without scoring or asking prioritize (a round trip and a score
-        of every node less per pod). Only for a pod that leaves nothing else for kube-scheduler's
-        scores to weigh: no soft preference of its own (``scheduling_preference``), not of a
-        PodGroup, no classic claim, and a chosen node without a ``PreferNoSchedule`` taint the pod
-        does not tolerate. None: the whole answer stands."""
+        of every node less per pod). Only with holds on, and for a pod that leaves nothing else for
+        kube-scheduler's scores to weigh: no soft preference of its own (``scheduling_preference``),
+        not of a PodGroup, no classic claim, and a chosen node without a ``PreferNoSchedule`` taint
+        the pod does not tolerate. None: the whole answer stands. (A hold is not placed where the
+        pod must leave nominated devices alone, ``Holds.hold_chosen``; the node is picked anyway,
+        and the bind decides there with the nomination.)"""
         pod = attempt.pod
+        if not self.holds.enabled:
+            # nothing would reserve the node for the pod: the next pods would be picked onto it
+            # too, and all but one bind fail (kube-scheduler's own ties are broken at random)
+            return None
         if claims.classic or claims.group is not None or pod_group_name(pod) or scheduling_preference(pod):
             return None
 

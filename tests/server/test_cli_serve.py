@@ -67,9 +67,10 @@ def test_filter_picks_node_flag_and_variable(served: list[web.Application], monk
     assert cli.main(["serve", "--cluster", str(CLUSTER), "--filter-picks-node"]) == 0
     monkeypatch.setenv("DRA_EXTENDER_FILTER_PICKS_NODE", "1")
     assert cli.main(["serve", "--cluster", str(CLUSTER)]) == 0
-    monkeypatch.setenv("DRA_EXTENDER_FILTER_PICKS_NODE", "0")
-    assert cli.main(["serve", "--cluster", str(CLUSTER)]) == 0
-    assert [app[SERVICE].filter_picks_node for app in served] == [True, True, False]
+    for off in ("0", "false", ""):
+        monkeypatch.setenv("DRA_EXTENDER_FILTER_PICKS_NODE", off)
+        assert cli.main(["serve", "--cluster", str(CLUSTER)]) == 0
+    assert [app[SERVICE].filter_picks_node for app in served] == [True, True, False, False, False]
 
 
 def test_event_loop_flag_and_variable(served: list[web.Application], monkeypatch: pytest.MonkeyPatch) -> None:

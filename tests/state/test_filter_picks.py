@@ -77,9 +77,34 @@ def test_a_bind_to_the_picked_node_finds_its_hold() -> None:
 
 
 def test_off_by_default() -> None:
-    svc = service(pods_of("p"), filter_picks_node=False)
+    svc = SchedulingService(backend=EmbeddedBackend(pods_of("p")), ledger=InFlightLedger(clock=lambda: 100.0))
     outcome = svc.filter(stored_pod(svc, "p"), NODES)
     assert outcome.node_names == NODES and not outcome.picked and holds(svc) == {}
+
+
+def test_with_holds_off_nothing_is_picked() -> None:
+    # nothing would keep the next pods off the picked node: every pick would name node-1
+    svc = service(pods_of("p", "q", gpus=1), hold_seconds=0)
+    assert svc.filter(stored_pod(svc, "p"), NODES).node_names == NODES
+    assert svc.filter(stored_pod(svc, "q"), NODES).node_names == NODES and svc.stats.filter_picks == 0
+
+
+def test_the_shared_outcome_of_the_list_still_names_every_node() -> None:
+    svc = service(pods_of("p"))
+    assert svc.filter(stored_pod(svc, "p"), NODES).node_names == ["node-1"]
+    assert svc.attempt(stored_pod(svc, "p"), NODES).outcome.node_names == NODES  # explain's view
+
+
+def test_a_node_listed_twice_gets_the_whole_answer() -> None:
+    svc = service(pods_of("p"))
+    listed = ["node-1", "node-2", "node-1"]
+    outcome = svc.filter(stored_pod(svc, "p"), listed)
+    assert outcome.node_names == listed and not outcome.error and holds(svc) == {}
+
+
+def test_a_pod_of_a_pod_group_gets_the_whole_answer() -> None:
+    svc = service(pods_of("p", schedulingGroup={"podGroupName": "group"}))
+    assert svc.filter(stored_pod(svc, "p"), NODES).node_names == NODES
 
 
 def test_the_answer_of_a_repeated_list_is_never_a_shared_outcome() -> None:
@@ -141,7 +166,9 @@ def test_a_pod_with_soft_preferences_gets_every_node_for_kube_schedulers_scores(
     assert outcome.node_names == NODES and not outcome.picked and svc.stats.filter_picks == 0
 
 
-@pytest.mark.parametrize(("kind", "picked"), [("ReplicaSet", False), ("StatefulSet", False), ("Job", True)])
+@pytest.mark.parametrize(
+    ("kind", "picked"), [("ReplicaSet", False), ("StatefulSet", False), ("ReplicationController", False), ("Job", True)]
+)
 def test_pods_kube_scheduler_spreads_by_default_are_scored_by_it(kind: str, picked: bool) -> None:
     objects = pods_of("p")
     (manifest,) = [o for o in objects if o["kind"] == "Pod"]
@@ -237,6 +264,12 @@ def test_the_pick_follows_the_scoring_policy() -> None:
         ),
         ({}, {"ownerReferences": [{"kind": "ReplicaSet", "name": "r"}]}, ""),  # not its controller
         ({}, {"ownerReferences": [{"kind": "Job", "name": "j", "controller": True}]}, ""),
+        # constraints of its own: kube-scheduler's default spreading does not apply
+        (
+            {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "z", "whenUnsatisfiable": "DoNotSchedule"}]},
+            {"ownerReferences": [{"kind": "ReplicaSet", "name": "r", "controller": True}]},
+            "",
+        ),
     ],
 )
 def test_scheduling_preference(spec: dict[str, Any], meta: dict[str, Any], expected: str) -> None:
@@ -259,4 +292,7 @@ def test_scheduling_preference(spec: dict[str, Any], meta: dict[str, Any], expec
 def test_tolerates_soft_taint(toleration: dict[str, Any], tolerated: bool) -> None:
     pod_ = {"metadata": {"name": "p"}, "spec": {"tolerations": [toleration]}}
     assert tolerates_soft_taint(pod_, "spot", "yes") is tolerated
+
+
+def test_a_pod_without_tolerations_tolerates_no_soft_taint() -> None:
     assert tolerates_soft_taint({"metadata": {"name": "p"}, "spec": {}}, "spot", "yes") is False

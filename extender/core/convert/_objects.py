@@ -19,14 +19,10 @@ from extender.core.model import (
 
 from ._base import (
     GROUP,
-    mapping,
     node_selector,
     object_dict,
     object_name,
     reported_as,
-    required_string,
-    sequence,
-    string,
     string_map,
 )
 from ._claims import decode_device_class, decode_resource_claim, decode_resource_claim_template
@@ -78,15 +74,22 @@ def decode_node(raw: object) -> NodeInfo:
 
 
 def _soft_taints(spec: object) -> tuple[tuple[str, str], ...]:
-    """``spec.taints`` of effect PreferNoSchedule as (key, value); malformed taints raise."""
-    soft: list[tuple[str, str]] = []
-    for i, raw in enumerate(sequence(mapping(spec, "spec").get("taints"), "spec.taints")):
-        taint = mapping(raw, f"spec.taints[{i}]")
-        key = required_string(taint.get("key"), f"spec.taints[{i}].key")
-        value = string(taint.get("value"), f"spec.taints[{i}].value")
-        if taint.get("effect") == "PreferNoSchedule":
-            soft.append((key, value))
-    return tuple(soft)
+    """``spec.taints`` of effect PreferNoSchedule as (key, value). Read leniently: the node's labels
+    are what matching needs, and a taint the API server would not have accepted must not cost
+    them; such a PreferNoSchedule taint is kept with its fields as text, so that only a toleration
+    of every key tolerates it (a filter then leaves the choice to kube-scheduler)."""
+    taints = spec.get("taints") if isinstance(spec, dict) else None
+    if not isinstance(taints, list):
+        return ()
+    return tuple(
+        (_text(taint.get("key")), _text(taint.get("value")))
+        for taint in taints
+        if isinstance(taint, dict) and taint.get("effect") == "PreferNoSchedule"
+    )
+
+
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ("" if value is None else f"\x00{value!r}")
 
 
 def decode_node_selector(raw: object) -> NodeSelector:

@@ -126,16 +126,20 @@ _SPREAD_BY_DEFAULT = frozenset({"ReplicaSet", "StatefulSet", "ReplicationControl
 def scheduling_preference(pod: Mapping[str, Any]) -> str:
     """The first of the pod's own soft scheduling preferences, which kube-scheduler's scores weigh
     ("" when it has none): preferred node affinity, preferred pod affinity or anti-affinity, a
-    ``ScheduleAnyway`` topology spread constraint, or a controller whose pods are spread by default.
+    ``ScheduleAnyway`` topology spread constraint, or (with no constraint of its own) a controller
+    whose pods kube-scheduler spreads by default.
     A filter may choose the node itself only for a pod without any (``--filter-picks-node``)."""
     spec = _spec(pod)
     affinity = spec.get("affinity") or {}
     for kind in ("nodeAffinity", "podAffinity", "podAntiAffinity"):
         if (affinity.get(kind) or {}).get("preferredDuringSchedulingIgnoredDuringExecution"):
             return f"preferred {kind}"
-    for constraint in spec.get("topologySpreadConstraints") or ():
+    constraints = spec.get("topologySpreadConstraints") or ()
+    for constraint in constraints:
         if not isinstance(constraint, Mapping) or constraint.get("whenUnsatisfiable") != "DoNotSchedule":
             return "a ScheduleAnyway topology spread constraint"
+    if constraints:
+        return ""  # the system defaults apply only to a pod without constraints of its own
     for owner in _meta(pod).get("ownerReferences") or ():
         if isinstance(owner, Mapping) and owner.get("controller") and owner.get("kind") in _SPREAD_BY_DEFAULT:
             return f"spread by default as a {owner['kind']}'s pod"

@@ -7,7 +7,8 @@ filter verb then applies its effects in a visible sequence (``SchedulingService.
 previous holds given back before the decision; classic DRA's ``potentialNodes`` published, the
 rejected-pod bookkeeping and a tentative hold after it; when no node fits, PostFilter
 (``recovery.PostFilter``) over the same attempt. Explain, ``why`` and the device map's pending list
-read the same attempt, so an explanation can never disagree with filter.
+read the same attempt, so an explanation can never disagree with filter about which nodes fit
+(with ``--filter-picks-node`` the filter then names one of them: ``SchedulingService._picked``).
 """
 
 from __future__ import annotations

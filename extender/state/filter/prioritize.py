@@ -17,7 +17,7 @@ from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
 from extender.state.cache.pods import pod_annotations, pod_uid
 from extender.state.filter.holds import Holds, one_best
-from extender.state.filter.verdicts import VerdictCache
+from extender.state.filter.verdicts import DuplicateNodes, VerdictCache
 
 __all__ = ["Prioritizer"]
 
@@ -50,16 +50,16 @@ class Prioritizer:
     ) -> str | None:
         """The node prioritize would rank first among ``node_names`` (nodes the filter passed), if
         ``accept`` accepts it, with the pod's devices there held as prioritize holds them; None when
-        there is none to name (no claim to allocate, a pod annotation's policy that does not parse:
-        prioritize answers that) or it is not accepted. ``filter_picks_node`` (the service)
+        there is none to name (no claim to allocate, a pod annotation's policy that does not parse,
+        a node listed twice: prioritize answers those) or it is not accepted. ``filter_picks_node`` (the service)
         answers the filter with it alone."""
         if not claims.to_allocate:
             return None
         try:
             policy = self.policy_for(pod)
-        except PodUnschedulable:
-            return None
-        names, _, best = self._ranked(claims, policy, node_names, choose=True, accept=accept)
+            names, _, best = self._ranked(claims, policy, node_names, choose=True, accept=accept)
+        except (PodUnschedulable, DuplicateNodes):
+            return None  # the whole answer; prioritize then answers as it always has
         return names[best] if best is not None else None
 
     def _scored(
