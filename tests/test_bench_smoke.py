@@ -78,3 +78,14 @@ def test_quick_sampled_stream_prints_cpu_per_verb() -> None:
     rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| 40 ")]
     assert [cells[4].strip() for cells in rows] == ["filter", "prioritize", "bind", "total"]
     assert all(cells[3].strip() == "40" for cells in rows)  # every pod bound
+
+
+def test_sampled_stream_with_picks_never_prioritizes() -> None:
+    """``--filter-picks-node``: the filter names one node for each pod, so no prioritize is sent,
+    and every pod is bound all the same; without it every pod is prioritized."""
+    from bench.sampled_stream import run_stream
+
+    picked = run_stream(40, 4, 40, 10, seed=1, picks=True)
+    scored = run_stream(40, 4, 40, 10, seed=1, picks=False)
+    assert (picked.bound, picked.prioritized) == (40, 0)
+    assert (scored.bound, scored.prioritized) == (40, 40)
