@@ -17,14 +17,7 @@ from extender.core.model import (
     ResourceSlice,
 )
 
-from ._base import (
-    GROUP,
-    node_selector,
-    object_dict,
-    object_name,
-    reported_as,
-    string_map,
-)
+from ._base import GROUP, node_selector, object_dict, object_name, reported_as, string_map
 from ._claims import decode_device_class, decode_resource_claim, decode_resource_claim_template
 from ._scheduling import decode_pod_scheduling_context
 from ._slices import decode_resource_slice

@@ -51,8 +51,8 @@ class Prioritizer:
         """The node prioritize would rank first among ``node_names`` (nodes the filter passed), if
         ``accept`` accepts it, with the pod's devices there held as prioritize holds them; None when
         there is none to name (no claim to allocate, a pod annotation's policy that does not parse,
-        a node listed twice: prioritize answers those) or it is not accepted. ``filter_picks_node`` (the service)
-        answers the filter with it alone."""
+        a node listed twice: prioritize answers those) or it is not accepted. The service's
+        ``filter_picks_node`` answers the filter with it alone."""
         if not claims.to_allocate:
             return None
         try:
