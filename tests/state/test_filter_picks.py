@@ -296,3 +296,17 @@ def test_tolerates_soft_taint(toleration: dict[str, Any], tolerated: bool) -> No
 
 def test_a_pod_without_tolerations_tolerates_no_soft_taint() -> None:
     assert tolerates_soft_taint({"metadata": {"name": "p"}, "spec": {}}, "spot", "yes") is False
+
+
+def test_a_pod_asking_for_an_extended_resource_is_picked_for_and_bound_there() -> None:
+    # KEP-5004: the pod's claim is made at bind; the pick scores and holds its devices as prioritize does
+    from tests.state.test_extended_resources import UID, extended_claims, extended_pod, objects
+
+    backend = EmbeddedBackend(copy.deepcopy(objects(extended_pod(gpus=1))))
+    svc = SchedulingService(backend=backend, ledger=InFlightLedger(clock=lambda: 100.0), filter_picks_node=True)
+    (node,) = svc.filter(extended_pod(gpus=1), ["node-1", "node-2"]).node_names
+    assert holds(svc) == {"default/p": node} and svc.stats.filter_picks == 1
+    asyncio.run(svc.bind("default", "p", UID, node))
+    [made] = extended_claims(backend)
+    assert {r["pool"] for r in made["status"]["allocation"]["devices"]["results"]} == {node}
+    assert svc.stats.holds == {"placed": 1, "kept": 1}
