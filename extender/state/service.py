@@ -307,7 +307,7 @@ class SchedulingService:
             # nothing would reserve the node for the pod: the next pods would be picked onto it
             # too, and all but one bind fail (kube-scheduler's own ties are broken at random)
             return None
-        if claims.classic or claims.group is not None or pod_group_name(pod) or scheduling_preference(pod):
+        if claims.classic or pod_group_name(pod) or scheduling_preference(pod):
             return None
 
         def untainted(node: str) -> bool:  # else kube-scheduler's taint score may well choose another
