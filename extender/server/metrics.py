@@ -211,6 +211,12 @@ class _StateCollector(Collector):
             ),
             (
                 CounterMetricFamily,
+                "bind_claim_decisions_kept",
+                "Binds that waited for template claims and kept the devices they had decided before the wait.",
+                stats.claim_decisions_kept,
+            ),
+            (
+                CounterMetricFamily,
                 "filter_picks",
                 "Filter answers that named only the node the extender ranks first (--filter-picks-node).",
                 stats.filter_picks,

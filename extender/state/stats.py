@@ -27,6 +27,8 @@ class ServiceStats:
     binding_conditions_met: int = 0
     binding_conditions_pending: int = 0
     claim_wait_seconds: float = 0.0
+    #: Of those binds, the ones that kept the devices decided before the wait (no second decision).
+    claim_decisions_kept: int = 0
     #: Filter answers that named the one node prioritize would rank first (``--filter-picks-node``).
     filter_picks: int = 0
     #: Gang plans by outcome: found, greedy (the search budget ran out, one member at a time

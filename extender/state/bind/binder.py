@@ -49,7 +49,7 @@ from extender.core.errors import (
     WriteConflict,
 )
 from extender.core.extended import CANNOT_FIT_RESOURCE
-from extender.core.model import AllocationResult, ResourceClaim
+from extender.core.model import AllocationResult, NodeInfo, ResourceClaim
 from extender.core.podgroups import POD_GROUP_CONSUMER
 from extender.state import cooperative
 from extender.state.bind.barrier import GangBarrier, GangRound
@@ -118,15 +118,33 @@ def _group_consumer(claims: PodClaims) -> dict[str, str]:
     return {"apiGroup": api_group, "resource": resource, "name": claims.group.name, "uid": claims.group.uid}
 
 
+#: The kinds whose every change can alter what the allocator finds on a node for the same claims,
+#: whatever the node: a decision made before a wait is kept only if none of them changed meanwhile.
+_DEVICE_INPUT_KINDS = ("ResourceSlice", "DeviceClass", "DeviceTaintRule")
+
+
+@dataclass(frozen=True, slots=True)
+class _Basis:
+    """What a decision over provisional claims read besides the devices' use, taken just before
+    it: the device inputs' change counts (``ObjectStore.kind_changes``), the node as decoded, and
+    the pod's allocated claims with their allocations (constraints span them)."""
+
+    inputs: tuple[int, ...]
+    node: NodeInfo
+    allocated: tuple[tuple[str, AllocationResult | None], ...]
+
+
 @dataclass(slots=True)
 class _Decision:
     """What a bind decided at arrival: the pod, the node, its claims and their new allocations
-    (in ``claims.to_allocate`` order), already recorded in the ledger."""
+    (in ``claims.to_allocate`` order), already recorded in the ledger; for a decision over
+    template claims not created yet, what it read (``_Basis``), to keep it once they exist."""
 
     pod: Mapping[str, Any]
     node: str
     claims: PodClaims
     results: tuple[AllocationResult, ...]
+    basis: _Basis | None = None
 
 
 class Binder:
@@ -375,7 +393,16 @@ class Binder:
             self.classic.check_node(claims, node_name)
         if planned:
             return self._decide_as_planned(pod, node_name, claims, planned)
-        return _Decision(pod, node_name, claims, self._allocate(claims, node_name))
+        basis = self._basis(claims, node_name) if claims.provisional else None
+        return _Decision(pod, node_name, claims, self._allocate(claims, node_name), basis)
+
+    def _basis(self, claims: PodClaims, node_name: str) -> _Basis:
+        kind_changes = self.store.kind_changes
+        return _Basis(
+            inputs=tuple(kind_changes[kind] for kind in _DEVICE_INPUT_KINDS),
+            node=self.store.node(node_name),
+            allocated=tuple((c.key, c.allocation) for c in claims.allocated),
+        )
 
     def _decide_as_planned(
         self, pod: Mapping[str, Any], node_name: str, claims: PodClaims, planned: Mapping[str, AllocationResult]
@@ -482,11 +509,66 @@ class Binder:
         return await cooperative.run(self._decide_again, decision, self._current(decision.pod), claims)
 
     def _decide_again(self, decision: _Decision, pod: Mapping[str, Any], claims: PodClaims) -> _Decision:
-        """The provisional entries give their devices back, the real claims get their own."""
+        """The provisional entries give their devices back, the real claims get their own: the
+        same devices where deciding again could only choose them again (``_still_valid``), else a
+        new allocation."""
         for claim in decision.claims.to_allocate:
             self.ledger.drop(claim.key, pod_uid=decision.claims.pod_uid)
         claims = self._on_node(claims, decision.node)
+        kept = self._still_valid(decision, claims)
+        if kept is not None:
+            record(self.cluster, claims, decision.node, kept, tentative=False)
+            self.stats.claim_decisions_kept += 1
+            return _Decision(pod, decision.node, claims, kept)
         return _Decision(pod, decision.node, claims, self._allocate(claims, decision.node))
+
+    def _still_valid(self, decision: _Decision, claims: PodClaims) -> tuple[AllocationResult, ...] | None:
+        """The devices decided before the wait for template claims, when they are still a valid
+        allocation of the real claims on the node (the in-tree plugin, too, keeps what it decided at
+        Reserve through PreBind); None when the allocator must decide again. Valid means: the
+        claims are those decided for (each template claim made from the spec it was decided for, any
+        other claim the very same), nothing the allocator reads of the node's devices changed
+        (slices, classes, taint rules, the node's labels; the pod's allocated claims), and no device
+        is taken by another claim now. Anything whose check needs more than that decides again: a
+        device shared between claims or used with admin access, a node whose devices draw on
+        shared counters (others' allocations since may have used them up), devices held for a
+        preemptor, classic claims, extended resources and PodGroup claims."""
+        basis = decision.basis
+        if (
+            basis is None
+            or claims.provisional
+            or claims.classic
+            or claims.group_claims
+            or claims.extended is not None
+            or self.cluster.nominations
+        ):
+            return None
+        self.cluster.refresh()  # expired entries go, as before any decision
+        kind_changes = self.store.kind_changes
+        if tuple(kind_changes[kind] for kind in _DEVICE_INPUT_KINDS) != basis.inputs:
+            return None
+        node = self.store.node(decision.node)
+        if node != basis.node or tuple((c.key, c.allocation) for c in claims.allocated) != basis.allocated:
+            return None
+        before, now = decision.claims.to_allocate, claims.to_allocate
+        if len(before) != len(now):
+            return None
+        for old, new in zip(before, now, strict=True):
+            spec = decision.claims.provisional.get(old.key)
+            if spec is None:
+                if (old.key, old.uid) != (new.key, new.uid):  # a spec never changes: the same claim
+                    return None
+            elif self.store.claim_specs.get(new.key) != spec:
+                return None
+        view = self.store.snapshot().cached_view(node, self.cluster.features)
+        if view is None or view.counter_pools:
+            return None
+        taken = self.store.in_use_state().devices
+        for result in decision.results:
+            for device in result.devices:
+                if device.share_id is not None or device.admin_access or device.device_id in taken:
+                    return None
+        return decision.results
 
     def _claim_or_pod_changed(self, kind: str, key: str) -> None:
         """Wake the binds waiting for a pod's template claims (``_with_created_claims``) or for
@@ -504,13 +586,27 @@ class Binder:
         elif kind == "ResourceClaim" and (owner := self._owner_pod(key)) is not None:
             # A template claim wakes the bind of the pod it was made for only: with hundreds of binds
             # waiting for a lagging controller, waking them all for every claim costs each one a
-            # resolution of its claims per event.
-            targets = self._claim_waiters.get(owner, ())
+            # resolution of its claims per event. And only once the pod's status names it: the
+            # controller creates the claim first, then records it in the pod's status, whose event
+            # wakes the bind again (a claim the status does not name cannot end the wait).
+            if owner not in self._claim_waiters or not self._may_be_named(owner, key):
+                return
+            targets = self._claim_waiters[owner]
         else:
             namespace = key.partition("/")[0] + "/"
             targets = [e for pod, events in self._claim_waiters.items() if pod.startswith(namespace) for e in events]
         for event in targets:
             event.set()
+
+    def _may_be_named(self, pod_key: str, claim_key: str) -> bool:
+        """Whether the pod's status (as the store holds it) names the claim, or the store cannot
+        say (it does not hold the pod yet: its bind read it from the API)."""
+        pod = self.store.pods.get(pod_key)
+        if pod is None:
+            return True
+        name = claim_key.partition("/")[2]
+        statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or ()
+        return any(isinstance(entry, dict) and entry.get("resourceClaimName") == name for entry in statuses)
 
     def _owner_pod(self, claim_key: str) -> str | None:
         """``namespace/name`` of the pod that controls the stored claim, or None (no such claim any

@@ -1,0 +1,242 @@
+"""A bind that waited for its template claim keeps the devices it decided before the wait when
+deciding again could only choose them again (``Binder._still_valid``), and decides again whenever
+something the decision read may have changed: a device taken meanwhile, a slice republished, a
+claim made from another spec, devices drawing on shared counters. And the claim's creation wakes
+the bind only once the pod's status names the claim."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from prometheus_client import generate_latest
+
+from extender.server.metrics import Metrics
+from extender.state.service import SchedulingService
+from tests import manifests as m
+from tests.backends.kube.test_backend import assert_consistent, node_of, started, until
+from tests.backends.kube.test_template_claims import (
+    PATIENT,
+    play_the_controller,
+    pod_owner,
+    template_pod,
+    waiting_for_its_claim,
+)
+from tests.fakes import FakeApiServer
+
+Device = tuple[str, str, str]
+
+
+def named_gpu_slice(node_name: str, count: int) -> dict[str, Any]:
+    """``m.gpu_slice`` with each GPU's name as an attribute too (a class can select by it)."""
+    raw = m.gpu_slice(node_name, count)
+    for device in raw["spec"]["devices"]:
+        device["attributes"] = {"name": {"string": device["name"]}}
+    return raw
+
+
+Waiting = tuple[Any, SchedulingService, asyncio.Task[None], list[str]]
+
+
+async def waiting_bind(fake: FakeApiServer, *objects: dict[str, Any], gpus: int = 2) -> Waiting:
+    """p1's bind to node-1, waiting for its template claim; and the nodes each allocator run of the
+    bind was on (its ``_allocate`` calls)."""
+    cluster = m.cluster(m.template("gpu-template"), template_pod("p1"), *objects, nodes=1, gpus=gpus)
+    backend = await started(fake, *cluster)
+    service = SchedulingService(backend=backend, **PATIENT)
+    decided: list[str] = []
+    real = service.binder._allocate
+
+    def counting(claims: Any, node_name: str) -> Any:
+        decided.append(node_name)
+        return real(claims, node_name)
+
+    service.binder._allocate = counting  # type: ignore[method-assign]
+    bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
+    await waiting_for_its_claim(service, bind, "default/p1")
+    return backend, service, bind, decided
+
+
+def provisional_devices(service: SchedulingService) -> list[Device]:
+    (entry,) = [e for e in service.ledger if e.pod_key == "default/p1"]
+    return [(d.device_id.driver, d.device_id.pool, d.device_id.device) for d in entry.result.devices]
+
+
+def allocated_devices(fake: FakeApiServer, name: str) -> list[Device]:
+    claim = fake.get_object("ResourceClaim", "default", name, group="resource.k8s.io")
+    assert claim is not None
+    results = claim["status"]["allocation"]["devices"]["results"]
+    return [(r["driver"], r["pool"], r["device"]) for r in results]
+
+
+async def test_the_devices_decided_before_the_wait_are_kept(fake: FakeApiServer) -> None:
+    backend, service, bind, decided = await waiting_bind(fake)
+    try:
+        before = provisional_devices(service)
+        name = play_the_controller(fake, "p1")
+        await asyncio.wait_for(bind, 30)
+        assert allocated_devices(fake, name) == before
+        assert decided == ["node-1"]  # the allocator ran once: before the wait
+        assert service.stats.claim_decisions_kept == 1 and service.stats.claim_waits == 1
+        text = generate_latest(Metrics(service).registry).decode()
+        assert "dra_extender_bind_claim_decisions_kept_total 1.0" in text
+        assert node_of(fake, "p1") == "node-1"
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_a_device_another_claim_took_meanwhile_is_decided_again(fake: FakeApiServer) -> None:
+    """Another scheduler allocated the very GPU the bind had decided on while it waited (the
+    watch shows that claim): the bind allocates the other GPU."""
+    backend, service, bind, decided = await waiting_bind(fake)
+    try:
+        (taken,) = provisional_devices(service)
+        other = m.claim("elsewhere")
+        other["status"] = {
+            "allocation": {"devices": {"results": [
+                {"request": "gpus", "driver": taken[0], "pool": taken[1], "device": taken[2]}
+            ]}}
+        }  # fmt: skip
+        fake.put_object(other)
+        await until(lambda: (c := backend.store.claims.get("default/elsewhere")) is not None and c.allocation)
+        name = play_the_controller(fake, "p1")
+        await asyncio.wait_for(bind, 30)
+        (got,) = allocated_devices(fake, name)
+        assert got != taken and got[1] == "node-1"
+        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_a_slice_republished_meanwhile_is_decided_again(fake: FakeApiServer) -> None:
+    """The driver republished node-1's slice with one GPU fewer (the one decided on, say): nothing
+    decided before may be trusted, whichever device changed."""
+    backend, service, bind, decided = await waiting_bind(fake)
+    try:
+        (held,) = provisional_devices(service)
+        smaller = m.gpu_slice("node-1", 2)
+        smaller["spec"]["devices"] = [d for d in smaller["spec"]["devices"] if d["name"] != held[2]]
+        smaller["spec"]["pool"]["generation"] = 2
+        fake.put_object(smaller)
+        await until(lambda: len(backend.store.slices["node-1-gpus"].devices) == 1)
+        name = play_the_controller(fake, "p1")
+        await asyncio.wait_for(bind, 30)
+        (got,) = allocated_devices(fake, name)
+        assert got != held
+        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_a_class_changed_meanwhile_is_decided_again(fake: FakeApiServer) -> None:
+    """The DeviceClass now selects only the GPUs the bind had not decided on: the slices are as
+    they were, but what the class allows is not."""
+    backend, service, bind, decided = await waiting_bind(fake, named_gpu_slice("node-1", 2), gpus=0)
+    try:
+        (held,) = provisional_devices(service)
+        narrowed = m.gpu_class()
+        others = f'device.driver == "gpu.example.com" && device.attributes["gpu.example.com"].name != "{held[2]}"'
+        narrowed["spec"]["selectors"] = [{"cel": {"expression": others}}]
+        fake.put_object(narrowed)
+        await until(lambda: "!=" in str(backend.store.classes["gpu"]))
+        name = play_the_controller(fake, "p1")
+        await asyncio.wait_for(bind, 30)
+        (got,) = allocated_devices(fake, name)
+        assert got != held
+        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_a_claim_made_from_another_spec_is_decided_again(fake: FakeApiServer) -> None:
+    """The template was changed to two GPUs after the bind decided from it, and the controller
+    made the claim from the new spec: the decision for one GPU does not fit it."""
+    backend, service, bind, decided = await waiting_bind(fake)
+    try:
+        pod = fake.get_object("Pod", "default", "p1")
+        assert pod is not None
+        claim = m.claim("p1-t0-abcde", count=2)
+        claim["metadata"]["ownerReferences"] = pod_owner(pod)
+        fake.put_object(claim)
+        pod.setdefault("status", {})["resourceClaimStatuses"] = [{"name": "t0", "resourceClaimName": "p1-t0-abcde"}]
+        fake.put_object(pod)
+        await asyncio.wait_for(bind, 30)
+        assert len(allocated_devices(fake, "p1-t0-abcde")) == 2
+        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+def partitioned_slice(node_name: str) -> dict[str, Any]:
+    """Two halves of one GPU's memory: each partition draws 4Gi of the GPU's 8Gi."""
+    return {
+        "apiVersion": m.V1,
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node_name}-gpus"},
+        "spec": {
+            "driver": "gpu.example.com",
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "sharedCounters": [{"name": "gpu-0-memory", "counters": {"memory": {"value": "8Gi"}}}],
+            "devices": [
+                {
+                    "name": f"gpu-0-part-{i}",
+                    "consumesCounters": [{"counterSet": "gpu-0-memory", "counters": {"memory": {"value": "4Gi"}}}],
+                }
+                for i in range(2)
+            ],
+        },
+    }
+
+
+async def test_devices_drawing_on_shared_counters_are_decided_again(fake: FakeApiServer) -> None:
+    """Other allocations since may have drawn on the same counters: only the allocator can tell."""
+    backend, service, bind, decided = await waiting_bind(fake, partitioned_slice("node-1"), gpus=0)
+    try:
+        assert provisional_devices(service)[0][2].startswith("gpu-0-part-")
+        name = play_the_controller(fake, "p1")
+        await asyncio.wait_for(bind, 30)
+        assert allocated_devices(fake, name)[0][2].startswith("gpu-0-part-")
+        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_the_claim_wakes_its_bind_only_once_the_pod_status_names_it(fake: FakeApiServer) -> None:
+    """The resourceclaim controller creates the claim, then records it in the pod's status: the
+    claim alone cannot end the wait, so it does not wake the bind (each wake resolves the pod's
+    claims again); the status does."""
+    backend, service, bind, _ = await waiting_bind(fake)
+    try:
+        resolved: list[str] = []
+        real = service.cluster.claims
+
+        def counting(pod: Any, **options: Any) -> Any:
+            resolved.append(pod["metadata"]["name"])
+            return real(pod, **options)
+
+        service.cluster.claims = counting  # type: ignore[method-assign]
+        pod = fake.get_object("Pod", "default", "p1")
+        assert pod is not None
+        claim = m.claim("p1-t0-abcde")
+        claim["spec"] = m.template("gpu-template")["spec"]["spec"]
+        claim["metadata"]["ownerReferences"] = pod_owner(pod)
+        fake.put_object(claim)
+        await until(lambda: "default/p1-t0-abcde" in backend.store.claims)
+        for _ in range(3):
+            await asyncio.sleep(0)  # a woken bind would have run its next step by now
+        assert resolved == [] and not bind.done()
+        pod.setdefault("status", {})["resourceClaimStatuses"] = [{"name": "t0", "resourceClaimName": "p1-t0-abcde"}]
+        fake.put_object(pod)
+        await asyncio.wait_for(bind, 30)
+        assert resolved == ["p1"]  # one resolution: the one that found the claim
+        assert service.stats.claim_decisions_kept == 1
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
