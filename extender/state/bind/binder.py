@@ -111,6 +111,11 @@ def ledger_ttl(deadline_seconds: float) -> float:
     return deadline_seconds + LEDGER_TTL_MARGIN_SECONDS
 
 
+def _in(waiters: Mapping[str, list[asyncio.Event]], namespace: str) -> list[asyncio.Event]:
+    """The events of the waiting binds of pods in ``namespace`` (given as ``"NAMESPACE/"``)."""
+    return [event for pod, events in waiters.items() if pod.startswith(namespace) for event in events]
+
+
 def _group_consumer(claims: PodClaims) -> dict[str, str]:
     """The ``reservedFor`` entry of a PodGroup's claim: the group (upstream writes exactly this)."""
     assert claims.group is not None
@@ -191,6 +196,8 @@ class Binder:
         self.barrier = barrier
         # Binds waiting for template claims, by pod key (see ``_with_created_claims``).
         self._claim_waiters: dict[str, list[asyncio.Event]] = {}
+        # Binds waiting for another member's write of a PodGroup claim (``_group_claim_settled``).
+        self._group_waiters: dict[str, list[asyncio.Event]] = {}
         self.store.claim_listeners.append(self._claim_or_pod_changed)
         # A lock per PodGroup claim being allocated, held while a bind decides and writes it
         # (weak: a lock nobody holds or waits for goes)
@@ -277,25 +284,25 @@ class Binder:
         await self._end_negotiation(decision.pod, deadline)
 
     @contextlib.contextmanager
-    def _claim_waiter(self, pod_key: str) -> Iterator[asyncio.Event]:
+    def _claim_waiter(self, pod_key: str, registry: dict[str, list[asyncio.Event]]) -> Iterator[asyncio.Event]:
         """An event set on every change of a claim that may concern the pod's bind
-        (``_claim_or_pod_changed``), registered while the block runs."""
+        (``_claim_or_pod_changed``), registered in ``registry`` while the block runs."""
         event = asyncio.Event()
-        self._claim_waiters.setdefault(pod_key, []).append(event)
+        registry.setdefault(pod_key, []).append(event)
         try:
             yield event
         finally:
-            waiters = self._claim_waiters.get(pod_key, [])
+            waiters = registry.get(pod_key, [])
             if event in waiters:
                 waiters.remove(event)
             if not waiters:
-                self._claim_waiters.pop(pod_key, None)
+                registry.pop(pod_key, None)
 
     async def _group_claim_settled(self, key: str, uid: str, pod_key: str, until: float) -> None:
         """With a group claim's lock: when another member's bind has just written the claim (its
         entry in the ledger), wait (never past ``until``) until the store shows it allocated, so
         that this bind uses that allocation instead of allocating the claim a second time."""
-        with self._claim_waiter(pod_key) as event:
+        with self._claim_waiter(pod_key, self._group_waiters) as event:
             while True:
                 event.clear()
                 stored = self.store.claims.get(key)
@@ -478,7 +485,7 @@ class Binder:
         pod_key = decision.claims.pod_key
         started = self.clock()
         deadline = min(started + self.claim_wait_seconds, writes_by)
-        with self._claim_waiter(pod_key) as event:
+        with self._claim_waiter(pod_key, self._claim_waiters) as event:
             while True:
                 # the watch may not show this pod yet (bind read it from the API): then the copy
                 # bind has; a pod deleted or re-created meanwhile runs into the deadline or,
@@ -510,13 +517,14 @@ class Binder:
 
     def _decide_again(self, decision: _Decision, pod: Mapping[str, Any], claims: PodClaims) -> _Decision:
         """The provisional entries give their devices back, the real claims get their own: the
-        same devices where deciding again could only choose them again (``_still_valid``), else a
-        new allocation."""
+        same devices where they are still a valid allocation of the real claims (``_still_valid``),
+        else a new one."""
         for claim in decision.claims.to_allocate:
             self.ledger.drop(claim.key, pod_uid=decision.claims.pod_uid)
         claims = self._on_node(claims, decision.node)
         kept = self._still_valid(decision, claims)
         if kept is not None:
+            self._check_claims_still_free(claims)  # none allocated, or decided by another bind, meanwhile
             record(self.cluster, claims, decision.node, kept, tentative=False)
             self.stats.claim_decisions_kept += 1
             return _Decision(pod, decision.node, claims, kept)
@@ -525,7 +533,8 @@ class Binder:
     def _still_valid(self, decision: _Decision, claims: PodClaims) -> tuple[AllocationResult, ...] | None:
         """The devices decided before the wait for template claims, when they are still a valid
         allocation of the real claims on the node (the in-tree plugin, too, keeps what it decided at
-        Reserve through PreBind); None when the allocator must decide again. Valid means: the
+        Reserve through PreBind; a device freed meanwhile could have made a new decision choose
+        another); None when the allocator must decide again. Valid means: the
         claims are those decided for (each template claim made from the spec it was decided for, any
         other claim the very same), nothing the allocator reads of the node's devices changed
         (slices, classes, taint rules, the node's labels; the pod's allocated claims), and no device
@@ -571,14 +580,19 @@ class Binder:
         return decision.results
 
     def _claim_or_pod_changed(self, kind: str, key: str) -> None:
-        """Wake the binds waiting for a pod's template claims (``_with_created_claims``) or for
-        its devices' binding conditions (``_await_binding_conditions``)."""
+        """Wake the binds waiting for a pod's template claims (``_with_created_claims``), for
+        another member's write of a PodGroup claim (``_group_claim_settled``) or for their devices'
+        binding conditions (``_await_binding_conditions``)."""
+        namespace = key.partition("/")[0] + "/"
         if self._condition_waiters and kind == "ResourceClaim":
-            namespace = key.partition("/")[0] + "/"
             for pod, events in self._condition_waiters.items():
                 if pod.startswith(namespace):
                     for event in events:
                         event.set()
+        if self._group_waiters:  # rare (gangs), and a group claim is no one member's: by namespace
+            groups = self._group_waiters.get(key, ()) if kind == "Pod" else _in(self._group_waiters, namespace)
+            for event in groups:
+                event.set()
         if not self._claim_waiters:
             return
         if kind == "Pod":
@@ -589,34 +603,35 @@ class Binder:
             # resolution of its claims per event. And only once the pod's status names it: the
             # controller creates the claim first, then records it in the pod's status, whose event
             # wakes the bind again (a claim the status does not name cannot end the wait).
-            if owner not in self._claim_waiters or not self._may_be_named(owner, key):
+            owner_key, owner_uid = owner
+            if owner_key not in self._claim_waiters or not self._may_be_named(owner_key, owner_uid, key):
                 return
-            targets = self._claim_waiters[owner]
+            targets = self._claim_waiters[owner_key]
         else:
-            namespace = key.partition("/")[0] + "/"
-            targets = [e for pod, events in self._claim_waiters.items() if pod.startswith(namespace) for e in events]
+            targets = _in(self._claim_waiters, namespace)
         for event in targets:
             event.set()
 
-    def _may_be_named(self, pod_key: str, claim_key: str) -> bool:
-        """Whether the pod's status (as the store holds it) names the claim, or the store cannot
-        say (it does not hold the pod yet: its bind read it from the API)."""
+    def _may_be_named(self, pod_key: str, uid: str, claim_key: str) -> bool:
+        """Whether the pod of ``uid`` names the claim in its status, or the store cannot say: it
+        holds no such pod (its bind read the pod from the API: the watch has not shown it, or
+        shows an earlier pod of the same name)."""
         pod = self.store.pods.get(pod_key)
-        if pod is None:
+        if pod is None or pod_uid(pod) != uid:
             return True
         name = claim_key.partition("/")[2]
         statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or ()
         return any(isinstance(entry, dict) and entry.get("resourceClaimName") == name for entry in statuses)
 
-    def _owner_pod(self, claim_key: str) -> str | None:
-        """``namespace/name`` of the pod that controls the stored claim, or None (no such claim any
-        more, or not a pod's)."""
+    def _owner_pod(self, claim_key: str) -> tuple[str, str] | None:
+        """``namespace/name`` and UID of the pod that controls the stored claim, or None (no such
+        claim any more, or not a pod's)."""
         raw = self.store.raw_claims.get(claim_key)
         if raw is None:
             return None
         for ref in (raw.get("metadata") or {}).get("ownerReferences") or ():
             if ref.get("controller") and ref.get("kind") == "Pod" and ref.get("name"):
-                return f"{claim_key.partition('/')[0]}/{ref['name']}"
+                return f"{claim_key.partition('/')[0]}/{ref['name']}", str(ref.get("uid") or "")
         return None
 
     # --- the writes -------------------------------------------------------------------------------

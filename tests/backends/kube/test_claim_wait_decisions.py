@@ -12,6 +12,7 @@ from typing import Any
 from prometheus_client import generate_latest
 
 from extender.server.metrics import Metrics
+from extender.state.cache.nominations import PendingPlan
 from extender.state.service import SchedulingService
 from tests import manifests as m
 from tests.backends.kube.test_backend import assert_consistent, node_of, started, until
@@ -19,6 +20,7 @@ from tests.backends.kube.test_template_claims import (
     PATIENT,
     play_the_controller,
     pod_owner,
+    stack,
     template_pod,
     waiting_for_its_claim,
 )
@@ -121,6 +123,8 @@ async def test_a_slice_republished_meanwhile_is_decided_again(fake: FakeApiServe
         smaller["spec"]["pool"]["generation"] = 2
         fake.put_object(smaller)
         await until(lambda: len(backend.store.slices["node-1-gpus"].devices) == 1)
+        # the node's devices as the next request will see them: only the change count tells now
+        backend.store.snapshot().node_view(backend.store.node("node-1"), service.cluster.features)
         name = play_the_controller(fake, "p1")
         await asyncio.wait_for(bind, 30)
         (got,) = allocated_devices(fake, name)
@@ -228,15 +232,79 @@ async def test_the_claim_wakes_its_bind_only_once_the_pod_status_names_it(fake: 
         claim["spec"] = m.template("gpu-template")["spec"]["spec"]
         claim["metadata"]["ownerReferences"] = pod_owner(pod)
         fake.put_object(claim)
-        await until(lambda: "default/p1-t0-abcde" in backend.store.claims)
-        for _ in range(3):
-            await asyncio.sleep(0)  # a woken bind would have run its next step by now
-        assert resolved == [] and not bind.done()
+        (event,) = service.binder._claim_waiters["default/p1"]
+        woken: list[bool] = []
+        wake = event.set
+        event.set = lambda: (woken.append(True), wake())[1]  # type: ignore[method-assign]
+        await until(lambda: "default/p1-t0-abcde" in backend.store.claims)  # its event was handled
+        assert woken == [] and resolved == [] and not bind.done()
         pod.setdefault("status", {})["resourceClaimStatuses"] = [{"name": "t0", "resourceClaimName": "p1-t0-abcde"}]
         fake.put_object(pod)
         await asyncio.wait_for(bind, 30)
         assert resolved == ["p1"]  # one resolution: the one that found the claim
         assert service.stats.claim_decisions_kept == 1
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_a_node_relabelled_meanwhile_is_decided_again(fake: FakeApiServer) -> None:
+    """Slices can select their nodes by label: a node whose labels changed is decided for again."""
+    backend, service, bind, decided = await waiting_bind(fake)
+    try:
+        relabelled = m.node("node-1")
+        relabelled["metadata"]["labels"]["zone"] = "b"
+        fake.put_object(relabelled)
+        await until(lambda: backend.store.node("node-1").labels.get("zone") == "b")
+        backend.store.snapshot().node_view(backend.store.node("node-1"), service.cluster.features)
+        play_the_controller(fake, "p1")
+        await asyncio.wait_for(bind, 30)
+        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_devices_held_for_a_preemptor_mean_deciding_again(fake: FakeApiServer) -> None:
+    """Preemption's plans and nominations hold devices against lower-priority pods (on any node
+    of a shared pool): the allocator weighs them, so the bind asks it again."""
+    backend, service, bind, decided = await waiting_bind(fake)
+    try:
+        service.cluster.nominations.plan(
+            PendingPlan("default/urgent", "uid-urgent", 1000, "node-1", (), (), expires=float("inf"))
+        )
+        play_the_controller(fake, "p1")
+        await asyncio.wait_for(bind, 30)
+        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_a_bind_for_a_pod_the_watch_shows_an_earlier_incarnation_of_is_woken_by_its_claim(
+    fake: FakeApiServer,
+) -> None:
+    """The pod was deleted and made again under its name; the watch still shows the earlier pod,
+    so the bind read the new one from the API, whose status names its claim already. The claim's
+    creation must wake the bind: the earlier pod's status cannot say whether the claim is named."""
+    backend, service = await stack(fake, **PATIENT)
+    try:
+        pod = fake.get_object("Pod", "default", "p1")
+        assert pod is not None
+        pod.setdefault("status", {})["resourceClaimStatuses"] = [{"name": "t0", "resourceClaimName": "p1-t0-abcde"}]
+        fake.put_object(pod)
+        await until(lambda: bool((backend.store.pods["default/p1"].get("status") or {}).get("resourceClaimStatuses")))
+        earlier = template_pod("p1")
+        earlier["metadata"]["uid"] = "uid-earlier"
+        backend.store.upsert(earlier)  # as if the watch lagged behind the re-creation
+        bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
+        await waiting_for_its_claim(service, bind, "default/p1")
+        claim = m.claim("p1-t0-abcde")
+        claim["spec"] = m.template("gpu-template")["spec"]["spec"]
+        claim["metadata"]["ownerReferences"] = pod_owner(pod)
+        fake.put_object(claim)
+        await asyncio.wait_for(bind, 30)
+        assert node_of(fake, "p1") == "node-1"
         assert_consistent(fake)
     finally:
         await backend.stop()
