@@ -137,6 +137,8 @@ class RealRun:
     #: the extender's answers with ``Error``, by "verb: reason" (``dra_extender_verb_errors_total``,
     #: ``dra_extender_binds_total{outcome="error"}``)
     extender_errors: dict[str, float] = field(default_factory=dict)
+    #: what the extender's answers did (``extender_counts``), extender runs only
+    extender_counts: dict[str, float] = field(default_factory=dict)
     #: kube-scheduler's mean scheduling attempt (``scheduler_scheduling_attempt_duration_seconds``), ms
     attempt_mean_ms: float = 0.0
     #: the extender profile's configuration (``--extender-config``: ``base``, ``base:pct=10``...); "" in-tree
@@ -253,6 +255,19 @@ def scheduler_breakdown(samples: dict[str, float]) -> tuple[dict[str, float], di
         for plugin, value in by_plugin.items():
             plugins[f"{point}/{plugin}"] = round(out[point] * value / total, 3)
     return out, plugins
+
+
+#: The extender's counters a run reports, by the name the bench gives them.
+EXTENDER_COUNTERS = {
+    "filter picks": "dra_extender_filter_picks_total",
+    "binds that waited for a claim": "dra_extender_bind_claim_waits_total",
+    "of which kept their decision": "dra_extender_bind_claim_decisions_kept_total",
+}
+
+
+def extender_counts(samples: dict[str, float]) -> dict[str, float]:
+    """``EXTENDER_COUNTERS`` read from the extender's /metrics samples (those it exports)."""
+    return {name: samples[metric] for name, metric in EXTENDER_COUNTERS.items() if metric in samples}
 
 
 def histogram_mean_ms(samples: dict[str, float], family: str, **match: str) -> float:
@@ -849,8 +864,10 @@ class Bench(AdminPlane):
             scheduler_ms, plugins_ms = scheduler_breakdown(samples)
             verbs: dict[str, float] = {}
             errors: dict[str, float] = {}
+            counts: dict[str, float] = {}
             if extender is not None:
                 extender_samples = parse_metrics(_http_text(extender.url + "/metrics"))
+                counts = extender_counts(extender_samples)
                 for verb in ("filter", "prioritize", "bind", "preempt"):
                     mean = histogram_mean_ms(extender_samples, "dra_extender_request_duration_seconds", verb=verb)
                     if mean:
@@ -912,6 +929,7 @@ class Bench(AdminPlane):
             problems=problems,
             extender_verbs_ms=verbs,
             extender_errors=errors,
+            extender_counts=counts,
             attempt_mean_ms=histogram_mean_ms(samples, "scheduler_scheduling_attempt_duration_seconds"),
             config="" if profile == "in-tree" else config,
             scheduler_ms=scheduler_ms,
@@ -1193,6 +1211,8 @@ def run(args: argparse.Namespace) -> int:
             line += "; extender mean ms per request " + ", ".join(
                 f"{v} {ms:.2f}" for v, ms in r.extender_verbs_ms.items()
             )
+        if r.extender_counts:
+            line += "; " + ", ".join(f"{k} {v:g}" for k, v in r.extender_counts.items())
         if r.extender_errors:
             line += "; extender errors " + ", ".join(f"{k} {v:g}" for k, v in r.extender_errors.items())
         print(line)

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from bench.real_scheduler import (
+    extender_counts,
     extender_overlay_args,
     extender_scheduler_config,
+    parse_metrics,
     prefill_plan,
     scheduler_breakdown,
     verify,
@@ -54,6 +56,21 @@ def test_a_spread_prefill_draws_devices_from_every_node() -> None:
     plan = prefill_plan(100, 10, 0.5, "spread", seed=1)
     assert sum(plan.values()) == 500
     assert len(plan) > 90 and max(plan.values()) <= 10
+
+
+def test_the_extenders_counters_are_read_from_its_metrics_by_the_benchs_names() -> None:
+    text = "\n".join(
+        [
+            "# TYPE dra_extender_bind_claim_waits_total counter",
+            "dra_extender_bind_claim_waits_total 7.0",
+            "dra_extender_bind_claim_decisions_kept_total 5.0",
+            'dra_extender_binds_total{outcome="bound",reason=""} 9.0',
+        ]
+    )
+    assert extender_counts(parse_metrics(text)) == {
+        "binds that waited for a claim": 7.0,
+        "of which kept their decision": 5.0,
+    }
 
 
 def test_the_time_per_attempt_splits_into_extension_points_plugins_and_extenders() -> None:
