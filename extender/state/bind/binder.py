@@ -7,7 +7,8 @@ docs/pipeline.md ("one pod's timeline") walks through it. In short:
    released, the allocator asked about the chosen node (``Allocator.answer``), the allocation put
    into the in-flight ledger, so that every later filter and prioritize sees it;
 2. a template claim the resourceclaim controller has not created yet is waited for (at most
-   ``claim_wait_seconds``), and then the same allocation is recorded under the claim's own key;
+   ``claim_wait_seconds``), and then the same devices are recorded under the claim's own key
+   where they are still a valid allocation of it (``_still_valid``), else decided again;
 3. the writes of ``claim_writes.py``, then (a gang's member) the bind barrier of ``barrier.py``,
    which lets the binding go only once every member of the gang's pass has written its claims,
    then the binding; any failure rolls back exactly what was written, but for a binding sent and
@@ -534,14 +535,14 @@ class Binder:
         """The devices decided before the wait for template claims, when they are still a valid
         allocation of the real claims on the node (the in-tree plugin, too, keeps what it decided at
         Reserve through PreBind; a device freed meanwhile could have made a new decision choose
-        another); None when the allocator must decide again. Valid means: the
-        claims are those decided for (each template claim made from the spec it was decided for, any
-        other claim the very same), nothing the allocator reads of the node's devices changed
-        (slices, classes, taint rules, the node's labels; the pod's allocated claims), and no device
-        is taken by another claim now. Anything whose check needs more than that decides again: a
-        device shared between claims or used with admin access, a node whose devices draw on
-        shared counters (others' allocations since may have used them up), devices held for a
-        preemptor, classic claims, extended resources and PodGroup claims."""
+        another); None when the allocator must decide again. Valid means: the claims are those
+        decided for (each template claim made from the spec it was decided for, any other claim the
+        very same), nothing the allocator reads of the node's devices changed (slices, classes,
+        taint rules, the node's labels; the pod's allocated claims), and no device is taken by
+        another claim now. Anything whose check needs more than that decides again: a device
+        shared between claims or used with admin access, a node whose devices draw on shared
+        counters (others' allocations since may have used them up), devices held for a preemptor,
+        classic claims, extended resources and PodGroup claims."""
         basis = decision.basis
         if (
             basis is None

@@ -1,8 +1,9 @@
-"""A bind that waited for its template claim keeps the devices it decided before the wait when
-deciding again could only choose them again (``Binder._still_valid``), and decides again whenever
-something the decision read may have changed: a device taken meanwhile, a slice republished, a
-claim made from another spec, devices drawing on shared counters. And the claim's creation wakes
-the bind only once the pod's status names the claim."""
+"""A bind that waited for its template claim keeps the devices it decided before the wait where
+they are still a valid allocation of the real claim (``Binder._still_valid``), and decides again
+whenever something the decision read may have changed: a device taken meanwhile, a slice
+republished, a class changed, a claim made from another spec, devices drawing on shared counters,
+a node relabelled, devices held for a preemptor. And the claim's creation wakes the bind only once
+the pod's status names the claim (or the watch cannot tell: a re-created pod)."""
 
 from __future__ import annotations
 
