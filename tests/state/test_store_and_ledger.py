@@ -105,6 +105,47 @@ def test_a_status_update_reuses_the_decoded_spec_and_a_changed_spec_is_decoded_a
     assert "default/c2" in store.claims and "default/c2" not in store.claim_specs
 
 
+def raw_template(name: str) -> dict[str, Any]:
+    spec = raw_claim("unused")["spec"]
+    return {
+        "apiVersion": V1,
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"spec": spec},
+    }
+
+
+def test_a_claim_made_from_a_template_reuses_the_templates_decoded_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resourceclaim controller copies the template's spec into each claim it makes: the store
+    decodes that spec once, for the template, and each claim of the same spec key reuses it."""
+    import extender.state.cache.store as store_module
+
+    store = ObjectStore()
+    store.upsert(raw_template("t"))
+    template = store.templates["default/t"]
+    store.upsert(raw_claim("p1-t-abcde"))
+    store.upsert(raw_claim("p2-t-fghij"))
+    first, second = store.claims["default/p1-t-abcde"], store.claims["default/p2-t-fghij"]
+    assert first.requests is template.spec.requests and second.requests is template.spec.requests
+    fresh = ObjectStore()
+    fresh.upsert(raw_claim("p1-t-abcde"))
+    assert first == fresh.claims["default/p1-t-abcde"]  # what decoding it afresh gives
+    other = raw_claim("other")
+    other["spec"]["devices"]["requests"][0]["exactly"]["count"] = 2
+    store.upsert(other)
+    assert store.claims["default/other"].requests[0].exactly.count == 2  # type: ignore[union-attr]
+    # bounded: the oldest spec goes first
+    monkeypatch.setattr(store_module, "DECODED_SPECS", 2)
+    third = raw_claim("third")
+    third["spec"]["devices"]["requests"][0]["exactly"]["count"] = 3
+    store.upsert(third)
+    store.upsert(raw_claim("p3-t-klmno"))
+    assert store.claims["default/p3-t-klmno"].requests is not template.spec.requests
+    assert store.claims["default/p3-t-klmno"] == dataclasses.replace(
+        first, name="p3-t-klmno", uid="uid-p3-t-klmno", requests=store.claims["default/p3-t-klmno"].requests
+    )
+
+
 def test_snapshot_keeps_unaffected_node_views_warm() -> None:
     store = ObjectStore()
     for i in range(1, 4):

@@ -219,6 +219,11 @@ def _shares_on(allocation: AllocationResult | None, device: DeviceID) -> set[str
     }
 
 
+#: Spec keys whose decoding ``ObjectStore`` keeps for new claims of the same spec: far more than the
+#: templates and claim shapes a cluster uses at once.
+DECODED_SPECS = 1024
+
+
 def _spec_key(raw: Mapping[str, Any], spec: Any = None) -> bytes | None:
     """A claim's apiVersion and spec (``raw["spec"]``, or ``spec``) as canonical bytes: equal for
     claims the allocator cannot tell apart (template claims of one template, and the template's
@@ -250,6 +255,10 @@ class ObjectStore:
         self.raw_templates: dict[str, dict[str, Any]] = {}
         #: Per template key: the spec key (``_spec_key``) of the claims it makes.
         self.template_specs: dict[str, bytes] = {}
+        #: A decoding of each spec key seen lately (a template's or a claim's), at most
+        #: ``DECODED_SPECS``: a claim the resourceclaim controller makes from a template is decoded
+        #: from its template's spec, not again (``decode_resource_claim(same_spec_as=)``).
+        self._decoded_specs: dict[bytes, ResourceClaim] = {}
         #: Each slice with the DeviceTaintRules' taints on its devices (what every decision reads).
         self.slices: dict[str, ResourceSlice] = {}
         #: Each slice as published; the same object as in ``slices`` where no rule matches it.
@@ -326,6 +335,8 @@ class ObjectStore:
             for listener in self.claim_listeners:
                 listener(kind, key)
             return
+        if same is None and spec_key is not None:
+            same = self._decoded_specs.get(spec_key)  # another claim's, or its template's: the same spec
         obj = decode_object(raw, same_spec_as=same)  # raises before anything changes
         self._changed(kind)
         if isinstance(obj, DeviceClass):
@@ -341,6 +352,7 @@ class ObjectStore:
                 self.claim_specs.pop(key, None)
             else:
                 self.claim_specs[key] = spec_key
+                self._decoded_spec(spec_key, obj)
             self._claim_allocation(key, obj.allocation)
             self._index_extended_claim(key, raw)
             for listener in self.claim_listeners:
@@ -353,6 +365,7 @@ class ObjectStore:
                 self.template_specs.pop(key, None)
             else:
                 self.template_specs[key] = template_spec
+                self._decoded_spec(template_spec, obj.spec)
         elif isinstance(obj, ResourceSlice):
             old = self.slices.get(key)
             self.unpatched_slices[key] = obj
@@ -490,6 +503,15 @@ class ObjectStore:
             "PodGroup": self.pod_groups,
         }[kind]  # type: ignore[assignment]
         return tuple(table)
+
+    def _decoded_spec(self, spec_key: bytes, claim: ResourceClaim) -> None:
+        """Remember ``claim`` as a decoding of ``spec_key``, the oldest dropped beyond ``DECODED_SPECS``."""
+        specs = self._decoded_specs
+        if spec_key in specs:
+            return
+        if len(specs) >= DECODED_SPECS:
+            del specs[next(iter(specs))]
+        specs[spec_key] = claim
 
     def _changed(self, kind: str) -> None:
         self.revision += 1
