@@ -151,6 +151,10 @@ class _Decision:
     claims: PodClaims
     results: tuple[AllocationResult, ...]
     basis: _Basis | None = None
+    #: ``ObjectStore.revision`` when the claims were resolved, if the store did not change until
+    #: the decision was recorded (else -1): the wait for template claims need not resolve them
+    #: again before anything changed.
+    revision: int = -1
 
 
 class Binder:
@@ -388,6 +392,7 @@ class Binder:
                 return None
             raise WriteConflict(f'pod "{namespace}/{name}" is already bound to node {bound_to}')
         self.holds.release(uid, bound_to=node_name)
+        revision = self.store.revision
         claims = self._on_node(self.cluster.claims(pod), node_name)
         planned: dict[str, AllocationResult] = {}
         for key in claims.group_claims:
@@ -402,7 +407,11 @@ class Binder:
         if planned:
             return self._decide_as_planned(pod, node_name, claims, planned)
         basis = self._basis(claims, node_name) if claims.provisional else None
-        return _Decision(pod, node_name, claims, self._allocate(claims, node_name), basis)
+        results = self._allocate(claims, node_name)
+        # a search that let others run may have seen the store change, and the pod resolved may be
+        # older than the store's (read from the API, or kept across a wait): then the mark is of no use
+        current = self.store.revision == revision and self._current(pod) is pod
+        return _Decision(pod, node_name, claims, results, basis, revision if current else -1)
 
     def _basis(self, claims: PodClaims, node_name: str) -> _Basis:
         kind_changes = self.store.kind_changes
@@ -486,15 +495,19 @@ class Binder:
         pod_key = decision.claims.pod_key
         started = self.clock()
         deadline = min(started + self.claim_wait_seconds, writes_by)
+        # nothing in the store changed since the decision found the claims provisional: wait first
+        unchanged = decision.revision == self.store.revision
         with self._claim_waiter(pod_key, self._claim_waiters) as event:
             while True:
-                # the watch may not show this pod yet (bind read it from the API): then the copy
-                # bind has; a pod deleted or re-created meanwhile runs into the deadline or,
-                # later, the binding's UID precondition
-                pod = self._current(decision.pod)
-                claims = self.cluster.claims(pod)  # narrowed to the node by ``_decide_again``
-                if not claims.provisional:
-                    break
+                if not unchanged:
+                    # the watch may not show this pod yet (bind read it from the API): then the copy
+                    # bind has; a pod deleted or re-created meanwhile runs into the deadline or,
+                    # later, the binding's UID precondition
+                    pod = self._current(decision.pod)
+                    claims = self.cluster.claims(pod)  # narrowed to the node by ``_decide_again``
+                    if not claims.provisional:
+                        break
+                unchanged = False
                 remaining = deadline - self.clock()
                 if remaining <= 0:
                     raise ClaimNotCreated(f'pod "{pod_key}": ResourceClaim not created yet')

@@ -505,13 +505,16 @@ class ObjectStore:
         return tuple(table)
 
     def _decoded_spec(self, spec_key: bytes, claim: ResourceClaim) -> None:
-        """Remember ``claim`` as a decoding of ``spec_key``, the oldest dropped beyond ``DECODED_SPECS``."""
+        """Remember ``claim``'s spec as the decoding of ``spec_key`` (or mark the one remembered as
+        used just now), the least recently used dropped beyond ``DECODED_SPECS``. Only the spec is
+        kept of it: a claim's status (up to 256 consumers) need not outlive the claim."""
         specs = self._decoded_specs
-        if spec_key in specs:
-            return
-        if len(specs) >= DECODED_SPECS:
-            del specs[next(iter(specs))]
-        specs[spec_key] = claim
+        known = specs.pop(spec_key, None)
+        if known is None:
+            if len(specs) >= DECODED_SPECS:
+                del specs[next(iter(specs))]
+            known = dataclasses.replace(claim, allocation=None, reserved_for=(), resource_version="")
+        specs[spec_key] = known
 
     def _changed(self, kind: str) -> None:
         self.revision += 1

@@ -8,6 +8,7 @@ the pod's status names the claim (or the watch cannot tell: a re-created pod).""
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 from prometheus_client import generate_latest
@@ -307,5 +308,49 @@ async def test_a_bind_for_a_pod_the_watch_shows_an_earlier_incarnation_of_is_wok
         await asyncio.wait_for(bind, 30)
         assert node_of(fake, "p1") == "node-1"
         assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_a_bind_resolves_the_pods_claims_once_before_its_wait_and_once_when_woken(fake: FakeApiServer) -> None:
+    """At arrival the decision resolves the pod's claims and finds the template claim not created;
+    nothing changed since, so the wait does not resolve them again before its first wake-up."""
+    backend, service = await stack(fake, **PATIENT)
+    try:
+        resolved: list[str] = []
+        real = service.cluster.claims
+
+        def counting(pod: Any, **options: Any) -> Any:
+            resolved.append(pod["metadata"]["name"])
+            return real(pod, **options)
+
+        service.cluster.claims = counting  # type: ignore[method-assign]
+        bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
+        await waiting_for_its_claim(service, bind, "default/p1")
+        assert resolved == ["p1"]  # the decision's
+        play_the_controller(fake, "p1")
+        await asyncio.wait_for(bind, 30)
+        assert resolved == ["p1", "p1"]  # and the wake-up that found the claim
+        assert node_of(fake, "p1") == "node-1" and service.stats.claim_decisions_kept == 1
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_a_decision_on_an_older_copy_of_the_pod_leaves_the_wait_to_resolve_its_claims(
+    fake: FakeApiServer,
+) -> None:
+    """A bind can hold an older copy of its pod than the store (it read the pod from the API while
+    the watch brought the status naming the claim, or it waited for a lock): what its decision
+    found says nothing of the store's pod, so the wait resolves the claims at once rather than
+    wait for an event that came before it."""
+    backend, service = await stack(fake, **PATIENT)
+    try:
+        stored = backend.store.pods["default/p1"]
+        older = copy.deepcopy(stored)
+        decision = service.binder._decide(older, "node-1")
+        assert decision is not None and decision.claims.provisional and decision.revision == -1
+        again = service.binder._decide(stored, "node-2")  # node-1's one GPU is the first's
+        assert again is not None and again.revision == backend.store.revision
     finally:
         await backend.stop()
