@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from extender.backends.embedded import EmbeddedBackend
-from extender.core.errors import ExtenderError
+from extender.core.errors import ExtenderError, Transient
 from extender.core.model import AllocationResult, DeviceResult
 from extender.state.service import SchedulingService
 from extender.views.debug import DebugViews
-from tests.manifests import claim, cluster, gpu_slice, node, pod
+from tests.manifests import claim, cluster, gpu_slice, node, pod, template
 
 NODES = ["node-1", "node-2", "node-3"]
 
@@ -969,3 +969,53 @@ def test_why_names_both_the_pods_and_the_pod_group_a_claim_is_reserved_for() -> 
     svc = service(objects)
     messages = [s["message"] for s in why(DebugViews(svc), pod("other", "other-fabric"), ["n3"])["suggestions"]]
     assert any("default/pg-domain (pod default/someone; pod group default/pg)" in m for m in messages), messages
+
+
+async def test_a_member_whose_own_template_claim_the_controller_replaced_is_not_bound() -> None:
+    """kubernetes#140217 for a gang's member: besides its PodGroup's claim, the member's status names
+    its own template claim; when kube-controller-manager 1.36 made a second claim and named that one
+    before the binding, the bind undoes its writes and fails the attempt, as for any pod
+    (docs/pipeline.md, the writes), instead of binding a member whose claim nothing allocated."""
+    objects = [
+        o
+        for o in fabric_objects()
+        if o["kind"] not in ("Pod", "PodGroup") and o["metadata"]["name"] not in ("c0", "c1")
+    ]
+    group = pod_group("pg", 1)
+    group["spec"]["resourceClaims"] = [{"name": "domain", "resourceClaimName": "pg-domain"}]
+    own = member("m0", "pg")
+    own["spec"]["resourceClaims"] = [
+        {"name": "t0", "resourceClaimTemplateName": "gpu-template"},
+        {"name": "domain", "resourceClaimName": "pg-domain"},
+    ]
+    svc = service([*objects, template("gpu-template"), group, own])
+    backend = svc.backend
+    assert isinstance(backend, EmbeddedBackend)
+    made = backend.get("Pod", "default", "m0")
+    assert made is not None
+    first = made["status"]["resourceClaimStatuses"][0]["resourceClaimName"]  # the embedded controller's
+    (chosen,) = svc.filter(backend.get("Pod", "default", "m0"), ["n3", "n4", "n1", "n2"]).node_names
+    replaced: list[str] = []
+
+    async def replace_the_claim(_operation: str) -> None:
+        if replaced:
+            return
+        second = copy.deepcopy(backend.get("ResourceClaim", "default", first))
+        assert second is not None
+        second["metadata"] = {**second["metadata"], "name": "m0-t0-other"}
+        for field in ("uid", "resourceVersion", "creationTimestamp"):
+            second["metadata"].pop(field, None)
+        second.pop("status", None)
+        backend.apply(second)
+        pod = backend.get("Pod", "default", "m0")
+        assert pod is not None
+        pod["status"]["resourceClaimStatuses"] = [{"name": "t0", "resourceClaimName": "m0-t0-other"}]
+        backend.apply(pod)
+        replaced.append("m0-t0-other")
+
+    backend.faults.hook("update_claim_status", replace_the_claim)
+    with pytest.raises(Transient, match="its status names ResourceClaim m0-t0-other"):
+        await svc.bind("default", "m0", "uid-m0", chosen)
+    assert replaced and not (backend.get("Pod", "default", "m0") or {})["spec"].get("nodeName")
+    undone = backend.get("ResourceClaim", "default", first)
+    assert undone is not None and not (undone.get("status") or {}).get("allocation")

@@ -743,9 +743,9 @@ class Binder:
         a pod whose first one its informer has not shown yet (kubernetes#140217; fixed upstream by
         kubernetes#140227, not in 1.36.3) and record that one in the pod's status instead: bound
         now, the pod would run with a claim nothing allocated. Transient: the writes are undone and
-        the next attempt allocates the claim the status names."""
-        if decision.claims.group_claims:
-            return  # a PodGroup's template claims are the group's, not named in the pod's status
+        the next attempt allocates the claim the status names. A gang's member too: beside its own,
+        its status names its PodGroup's claim, the one this bind resolved (through that status or the
+        group's)."""
         pod = self._current(decision.pod)
         namespace = pod_identity(pod)[0]
         written = {claim.key for claim in decision.claims.all}
