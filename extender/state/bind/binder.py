@@ -413,10 +413,14 @@ class Binder:
         current = self.store.revision == revision and self._current(pod) is pod
         return _Decision(pod, node_name, claims, results, basis, revision if current else -1)
 
-    def _basis(self, claims: PodClaims, node_name: str) -> _Basis:
+    def _device_inputs(self) -> tuple[int, ...]:
+        """The change counts of ``_DEVICE_INPUT_KINDS``, now."""
         kind_changes = self.store.kind_changes
+        return tuple(kind_changes[kind] for kind in _DEVICE_INPUT_KINDS)
+
+    def _basis(self, claims: PodClaims, node_name: str) -> _Basis:
         return _Basis(
-            inputs=tuple(kind_changes[kind] for kind in _DEVICE_INPUT_KINDS),
+            inputs=self._device_inputs(),
             node=self.store.node(node_name),
             allocated=tuple((c.key, c.allocation) for c in claims.allocated),
         )
@@ -567,8 +571,7 @@ class Binder:
         ):
             return None
         self.cluster.refresh()  # expired entries go, as before any decision
-        kind_changes = self.store.kind_changes
-        if tuple(kind_changes[kind] for kind in _DEVICE_INPUT_KINDS) != basis.inputs:
+        if self._device_inputs() != basis.inputs:
             return None
         node = self.store.node(decision.node)
         if node != basis.node or tuple((c.key, c.allocation) for c in claims.allocated) != basis.allocated:

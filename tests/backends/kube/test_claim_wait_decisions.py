@@ -20,8 +20,10 @@ from tests import manifests as m
 from tests.backends.kube.test_backend import assert_consistent, node_of, started, until
 from tests.backends.kube.test_template_claims import (
     PATIENT,
+    controller_claim,
+    count_resolutions,
+    name_in_status,
     play_the_controller,
-    pod_owner,
     stack,
     template_pod,
     waiting_for_its_claim,
@@ -59,6 +61,16 @@ async def waiting_bind(fake: FakeApiServer, *objects: dict[str, Any], gpus: int 
     bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
     await waiting_for_its_claim(service, bind, "default/p1")
     return backend, service, bind, decided
+
+
+async def decided_again(
+    fake: FakeApiServer, service: SchedulingService, bind: asyncio.Task[None], decided: list[str]
+) -> None:
+    """The bind done, having run the allocator again once its claim existed (twice in all, on
+    node-1), keeping nothing it decided before the wait; no device in two claims."""
+    await asyncio.wait_for(bind, 30)
+    assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
+    assert_consistent(fake)
 
 
 def provisional_devices(service: SchedulingService) -> list[Device]:
@@ -105,11 +117,9 @@ async def test_a_device_another_claim_took_meanwhile_is_decided_again(fake: Fake
         fake.put_object(other)
         await until(lambda: (c := backend.store.claims.get("default/elsewhere")) is not None and c.allocation)
         name = play_the_controller(fake, "p1")
-        await asyncio.wait_for(bind, 30)
+        await decided_again(fake, service, bind, decided)
         (got,) = allocated_devices(fake, name)
         assert got != taken and got[1] == "node-1"
-        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
-        assert_consistent(fake)
     finally:
         await backend.stop()
 
@@ -128,11 +138,9 @@ async def test_a_slice_republished_meanwhile_is_decided_again(fake: FakeApiServe
         # the node's devices as the next request will see them: only the change count tells now
         backend.store.snapshot().node_view(backend.store.node("node-1"), service.cluster.features)
         name = play_the_controller(fake, "p1")
-        await asyncio.wait_for(bind, 30)
+        await decided_again(fake, service, bind, decided)
         (got,) = allocated_devices(fake, name)
         assert got != held
-        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
-        assert_consistent(fake)
     finally:
         await backend.stop()
 
@@ -149,11 +157,9 @@ async def test_a_class_changed_meanwhile_is_decided_again(fake: FakeApiServer) -
         fake.put_object(narrowed)
         await until(lambda: "!=" in str(backend.store.classes["gpu"]))
         name = play_the_controller(fake, "p1")
-        await asyncio.wait_for(bind, 30)
+        await decided_again(fake, service, bind, decided)
         (got,) = allocated_devices(fake, name)
         assert got != held
-        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
-        assert_consistent(fake)
     finally:
         await backend.stop()
 
@@ -165,39 +171,21 @@ async def test_a_claim_made_from_another_spec_is_decided_again(fake: FakeApiServ
     try:
         pod = fake.get_object("Pod", "default", "p1")
         assert pod is not None
-        claim = m.claim("p1-t0-abcde", count=2)
-        claim["metadata"]["ownerReferences"] = pod_owner(pod)
-        fake.put_object(claim)
-        pod.setdefault("status", {})["resourceClaimStatuses"] = [{"name": "t0", "resourceClaimName": "p1-t0-abcde"}]
-        fake.put_object(pod)
-        await asyncio.wait_for(bind, 30)
+        fake.put_object(controller_claim(pod, spec=m.claim("unused", count=2)["spec"]))
+        fake.put_object(name_in_status(pod, "p1-t0-abcde"))
+        await decided_again(fake, service, bind, decided)
         assert len(allocated_devices(fake, "p1-t0-abcde")) == 2
-        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
-        assert_consistent(fake)
     finally:
         await backend.stop()
 
 
 def partitioned_slice(node_name: str) -> dict[str, Any]:
-    """Two halves of one GPU's memory: each partition draws 4Gi of the GPU's 8Gi."""
-    return {
-        "apiVersion": m.V1,
-        "kind": "ResourceSlice",
-        "metadata": {"name": f"{node_name}-gpus"},
-        "spec": {
-            "driver": "gpu.example.com",
-            "nodeName": node_name,
-            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
-            "sharedCounters": [{"name": "gpu-0-memory", "counters": {"memory": {"value": "8Gi"}}}],
-            "devices": [
-                {
-                    "name": f"gpu-0-part-{i}",
-                    "consumesCounters": [{"counterSet": "gpu-0-memory", "counters": {"memory": {"value": "4Gi"}}}],
-                }
-                for i in range(2)
-            ],
-        },
-    }
+    """``m.gpu_slice`` as two halves of one GPU's memory: each partition draws 4Gi of its 8Gi."""
+    raw = m.gpu_slice(node_name, 0)
+    half = {"counterSet": "gpu-0-memory", "counters": {"memory": {"value": "4Gi"}}}
+    raw["spec"]["sharedCounters"] = [{"name": "gpu-0-memory", "counters": {"memory": {"value": "8Gi"}}}]
+    raw["spec"]["devices"] = [{"name": f"gpu-0-part-{i}", "consumesCounters": [half]} for i in range(2)]
+    return raw
 
 
 async def test_devices_drawing_on_shared_counters_are_decided_again(fake: FakeApiServer) -> None:
@@ -206,10 +194,8 @@ async def test_devices_drawing_on_shared_counters_are_decided_again(fake: FakeAp
     try:
         assert provisional_devices(service)[0][2].startswith("gpu-0-part-")
         name = play_the_controller(fake, "p1")
-        await asyncio.wait_for(bind, 30)
+        await decided_again(fake, service, bind, decided)
         assert allocated_devices(fake, name)[0][2].startswith("gpu-0-part-")
-        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
-        assert_consistent(fake)
     finally:
         await backend.stop()
 
@@ -220,28 +206,17 @@ async def test_the_claim_wakes_its_bind_only_once_the_pod_status_names_it(fake: 
     claims again); the status does."""
     backend, service, bind, _ = await waiting_bind(fake)
     try:
-        resolved: list[str] = []
-        real = service.cluster.claims
-
-        def counting(pod: Any, **options: Any) -> Any:
-            resolved.append(pod["metadata"]["name"])
-            return real(pod, **options)
-
-        service.cluster.claims = counting  # type: ignore[method-assign]
+        resolved = count_resolutions(service)
         pod = fake.get_object("Pod", "default", "p1")
         assert pod is not None
-        claim = m.claim("p1-t0-abcde")
-        claim["spec"] = m.template("gpu-template")["spec"]["spec"]
-        claim["metadata"]["ownerReferences"] = pod_owner(pod)
-        fake.put_object(claim)
+        fake.put_object(controller_claim(pod))
         (event,) = service.binder._claim_waiters["default/p1"]
         woken: list[bool] = []
         wake = event.set
         event.set = lambda: (woken.append(True), wake())[1]  # type: ignore[method-assign]
         await until(lambda: "default/p1-t0-abcde" in backend.store.claims)  # its event was handled
         assert woken == [] and resolved == [] and not bind.done()
-        pod.setdefault("status", {})["resourceClaimStatuses"] = [{"name": "t0", "resourceClaimName": "p1-t0-abcde"}]
-        fake.put_object(pod)
+        fake.put_object(name_in_status(pod, "p1-t0-abcde"))
         await asyncio.wait_for(bind, 30)
         assert resolved == ["p1"]  # one resolution: the one that found the claim
         assert service.stats.claim_decisions_kept == 1
@@ -260,9 +235,7 @@ async def test_a_node_relabelled_meanwhile_is_decided_again(fake: FakeApiServer)
         await until(lambda: backend.store.node("node-1").labels.get("zone") == "b")
         backend.store.snapshot().node_view(backend.store.node("node-1"), service.cluster.features)
         play_the_controller(fake, "p1")
-        await asyncio.wait_for(bind, 30)
-        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
-        assert_consistent(fake)
+        await decided_again(fake, service, bind, decided)
     finally:
         await backend.stop()
 
@@ -276,9 +249,7 @@ async def test_devices_held_for_a_preemptor_mean_deciding_again(fake: FakeApiSer
             PendingPlan("default/urgent", "uid-urgent", 1000, "node-1", (), (), expires=float("inf"))
         )
         play_the_controller(fake, "p1")
-        await asyncio.wait_for(bind, 30)
-        assert decided == ["node-1", "node-1"] and service.stats.claim_decisions_kept == 0
-        assert_consistent(fake)
+        await decided_again(fake, service, bind, decided)
     finally:
         await backend.stop()
 
@@ -293,18 +264,14 @@ async def test_a_bind_for_a_pod_the_watch_shows_an_earlier_incarnation_of_is_wok
     try:
         pod = fake.get_object("Pod", "default", "p1")
         assert pod is not None
-        pod.setdefault("status", {})["resourceClaimStatuses"] = [{"name": "t0", "resourceClaimName": "p1-t0-abcde"}]
-        fake.put_object(pod)
+        fake.put_object(name_in_status(pod, "p1-t0-abcde"))
         await until(lambda: bool((backend.store.pods["default/p1"].get("status") or {}).get("resourceClaimStatuses")))
         earlier = template_pod("p1")
         earlier["metadata"]["uid"] = "uid-earlier"
         backend.store.upsert(earlier)  # as if the watch lagged behind the re-creation
         bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
         await waiting_for_its_claim(service, bind, "default/p1")
-        claim = m.claim("p1-t0-abcde")
-        claim["spec"] = m.template("gpu-template")["spec"]["spec"]
-        claim["metadata"]["ownerReferences"] = pod_owner(pod)
-        fake.put_object(claim)
+        fake.put_object(controller_claim(pod))
         await asyncio.wait_for(bind, 30)
         assert node_of(fake, "p1") == "node-1"
         assert_consistent(fake)
@@ -317,14 +284,7 @@ async def test_a_bind_resolves_the_pods_claims_once_before_its_wait_and_once_whe
     nothing changed since, so the wait does not resolve them again before its first wake-up."""
     backend, service = await stack(fake, **PATIENT)
     try:
-        resolved: list[str] = []
-        real = service.cluster.claims
-
-        def counting(pod: Any, **options: Any) -> Any:
-            resolved.append(pod["metadata"]["name"])
-            return real(pod, **options)
-
-        service.cluster.claims = counting  # type: ignore[method-assign]
+        resolved = count_resolutions(service)
         bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
         await waiting_for_its_claim(service, bind, "default/p1")
         assert resolved == ["p1"]  # the decision's

@@ -25,21 +25,42 @@ def template_pod(name: str) -> dict[str, Any]:
     return m.pod(name, templates=("gpu-template",))
 
 
+def controller_claim(pod: dict[str, Any], spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The claim kube-controller-manager makes for the pod's ``t0`` (from ``gpu-template``, or
+    ``spec``), owned by the pod."""
+    claim = m.claim(f"{pod['metadata']['name']}-t0-abcde")
+    claim["spec"] = spec if spec is not None else m.template("gpu-template")["spec"]["spec"]
+    claim["metadata"]["ownerReferences"] = pod_owner(pod)
+    return claim
+
+
+def name_in_status(pod: dict[str, Any], claim_name: str) -> dict[str, Any]:
+    """The pod with its status naming ``claim_name`` for its ``t0``, as the controller records it."""
+    pod.setdefault("status", {})["resourceClaimStatuses"] = [{"name": "t0", "resourceClaimName": claim_name}]
+    return pod
+
+
 def play_the_controller(fake: FakeApiServer, pod_name: str) -> str:
     """What kube-controller-manager does for the pod: the claim, then the pod's status."""
     pod = fake.get_object("Pod", "default", pod_name)
     assert pod is not None
-    claim = m.claim(f"{pod_name}-t0-abcde")
-    claim["spec"] = m.template("gpu-template")["spec"]["spec"]
-    claim["metadata"]["ownerReferences"] = [
-        {"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod["metadata"]["uid"], "controller": True}
-    ]
+    claim = controller_claim(pod)
     fake.put_object(claim)
-    pod.setdefault("status", {})["resourceClaimStatuses"] = [
-        {"name": "t0", "resourceClaimName": claim["metadata"]["name"]}
-    ]
-    fake.put_object(pod)
+    fake.put_object(name_in_status(pod, claim["metadata"]["name"]))
     return str(claim["metadata"]["name"])
+
+
+def count_resolutions(service: SchedulingService) -> list[str]:
+    """The names of the pods whose claims the service resolves from now on, one per resolution."""
+    resolved: list[str] = []
+    real = service.cluster.claims
+
+    def counting(pod: Any, **options: Any) -> Any:
+        resolved.append(pod["metadata"]["name"])
+        return real(pod, **options)
+
+    service.cluster.claims = counting  # type: ignore[method-assign]
+    return resolved
 
 
 async def waiting_for_its_claim(service: SchedulingService, bind: asyncio.Task[None], pod_key: str) -> None:
@@ -134,14 +155,7 @@ async def test_a_template_claim_wakes_only_the_bind_of_its_own_pod(fake: FakeApi
     waiting for a lagging controller, waking all of them for every claim cost more than the binds)."""
     backend, service = await stack(fake, **PATIENT)
     try:
-        resolved: list[str] = []
-        real = service.cluster.claims
-
-        def counting(pod: Any, **options: Any) -> Any:
-            resolved.append(pod["metadata"]["name"])
-            return real(pod, **options)
-
-        service.cluster.claims = counting  # type: ignore[method-assign]
+        resolved = count_resolutions(service)
         first = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
         second = asyncio.create_task(service.bind("default", "p2", "uid-p2", "node-2"))
         await waiting_for_its_claim(service, first, "default/p1")
