@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: percentiles, free ports, a process's CPU, a sizes argument."""
+"""What the benchmark scripts share: percentiles, free ports, a process's CPU, a sizes argument,
+the checkout whose extender runs."""
 
 from __future__ import annotations
 
@@ -6,8 +7,27 @@ import argparse
 import os
 import socket
 from collections.abc import Sequence
+from pathlib import Path
 
-__all__ = ["cpu_seconds", "free_port", "percentile", "positive_ints"]
+__all__ = ["ROOT", "ROOT_ENV", "cpu_seconds", "extender_root", "free_port", "percentile", "positive_ints"]
+
+#: This checkout.
+ROOT = Path(__file__).resolve().parents[1]
+#: Set to another checkout of the repository, the extender subprocess of every benchmark runs that
+#: code (the "before" side of a side-by-side run); the bench, the model, the fake API server and
+#: the control plane stay this checkout's.
+ROOT_ENV = "BENCH_EXTENDER_ROOT"
+
+
+def extender_root() -> Path:
+    """The checkout whose extender the benchmarks run: ``BENCH_EXTENDER_ROOT``, else this one."""
+    root = os.environ.get(ROOT_ENV)
+    if not root:
+        return ROOT
+    path = Path(root).resolve()
+    if not (path / "extender" / "__main__.py").is_file():
+        raise SystemExit(f"{ROOT_ENV}={root}: not a checkout of dra-extender (no extender/__main__.py)")
+    return path
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -53,7 +53,7 @@ from typing import Any, Literal
 import orjson
 
 from bench import cluster_gen
-from bench.common import cpu_seconds, free_port, percentile, positive_ints
+from bench.common import ROOT, cpu_seconds, extender_root, free_port, percentile, positive_ints
 from bench.http_client import LeanClient
 from bench.scheduler_model import HttpExtender, ModelReport, ModelSettings, SchedulerModel
 from extender.server.eventloop import new_event_loop
@@ -70,7 +70,6 @@ __all__ = [
     "workload_objects",
 ]
 
-ROOT = Path(__file__).resolve().parents[1]
 Backend = Literal["kube", "embedded"]
 _JSON = {"Content-Type": "application/json"}
 #: The User-Agent of the model's own pod watch, which the request counts leave out.
@@ -332,19 +331,14 @@ def _stop_process(process: subprocess.Popen[bytes]) -> None:
 PYSPY_ENV = "BENCH_PYSPY"
 
 
-#: Set to another checkout of the repository, the extender subprocess runs that code (the
-#: "before" side of a side-by-side run; the model and the fake stay this checkout's).
-ROOT_ENV = "BENCH_EXTENDER_ROOT"
-
-
 def _spawn(command: list[str]) -> tuple[subprocess.Popen[bytes], Callable[[], float] | None]:
     profile = os.environ.get(PYSPY_ENV)
     if profile:
         fmt = "raw" if profile.endswith(".txt") else "flamegraph"  # raw: collapsed stacks, one per line
         command = ["py-spy", "record", "--rate", "200", "-f", fmt, "-o", profile, "--", *command]
-    root = os.environ.get(ROOT_ENV)
-    env = {**os.environ, "PYTHONPATH": root} if root else None
-    process = subprocess.Popen(command, cwd=root or ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    root = extender_root()
+    env = {**os.environ, "PYTHONPATH": str(root)} if root != ROOT else None
+    process = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return process, None if profile else (lambda: cpu_seconds(process.pid))
 
 

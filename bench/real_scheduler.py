@@ -74,7 +74,7 @@ import aiohttp
 import orjson
 
 from bench import cluster_gen
-from bench.common import cpu_seconds, percentile
+from bench.common import cpu_seconds, extender_root, percentile
 
 __all__ = ["PROCESSES", "RealRun", "detail_table", "main", "run", "summary_table"]
 
@@ -776,6 +776,7 @@ class Bench(AdminPlane):
             self.deployment.kubeconfig,
             self.plane.logs / f"dra-extender-{name}.log",
             args=["--log-level", "info", *extender_overlay_args(config_spec)],
+            root=extender_root(),
         ).start(timeout=CLEANUP_TIMEOUT)
         assert self.setup is not None
         self.setup.extender_start_s.append(round(time.monotonic() - started, 1))

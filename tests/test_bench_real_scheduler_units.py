@@ -133,3 +133,33 @@ def test_verify_names_a_claim_the_resourceclaim_controller_replaced_after_the_po
     assert verify(alone, "ns", 1) == ["claim p1-devices-b of bound pod p1 not allocated"]
     pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"] = "p1-devices-a"
     assert verify(admin, "ns", 1) == []
+
+
+def test_the_extender_runs_from_the_checkout_bench_extender_root_names(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The "before" side of a side-by-side run: every benchmark's extender (the real-scheduler
+    one's too, through the e2e harness) runs the code of ``BENCH_EXTENDER_ROOT``."""
+    from bench.common import ROOT, ROOT_ENV, extender_root
+    from tests.e2e.harness import Extender
+
+    monkeypatch.delenv(ROOT_ENV, raising=False)
+    assert extender_root() == ROOT
+    other = tmp_path / "other"
+    (other / "extender").mkdir(parents=True)
+    monkeypatch.setenv(ROOT_ENV, str(other))
+    with pytest.raises(SystemExit, match="not a checkout of dra-extender"):
+        extender_root()
+    (other / "extender" / "__main__.py").write_text("")
+    assert extender_root() == other.resolve()
+    started: list[dict[str, Any]] = []
+
+    def popen(command: list[str], **kwargs: Any) -> None:
+        started.append(kwargs)
+        raise OSError("not started in this test")
+
+    monkeypatch.setattr("tests.e2e.harness.subprocess.Popen", popen)
+    with pytest.raises(OSError, match="not started"):
+        Extender(tmp_path / "kubeconfig", tmp_path / "log", root=extender_root()).start()
+    (kwargs,) = started
+    assert kwargs["cwd"] == other.resolve() and kwargs["env"]["PYTHONPATH"] == str(other.resolve())

@@ -60,6 +60,8 @@ class Extender:
     args: Sequence[str] = ()
     port: int = field(default_factory=free_port)
     popen: subprocess.Popen[bytes] | None = None
+    #: The checkout whose code runs (the benchmarks' "before" side, ``BENCH_EXTENDER_ROOT``).
+    root: Path = ROOT
 
     @property
     def url(self) -> str:
@@ -67,13 +69,13 @@ class Extender:
 
     def start(self, *, timeout: float = 120.0) -> Extender:
         """Started and ready (every watch synced); a bound of ``timeout`` against a hang."""
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "DRA_EXTENDER_LOG_FORMAT": "json"}
+        env = {**os.environ, "PYTHONPATH": str(self.root), "DRA_EXTENDER_LOG_FORMAT": "json"}
         env.pop("KUBERNETES_SERVICE_HOST", None)
         with self.log.open("ab") as out:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "extender", "serve", "--kubeconfig", str(self.kubeconfig),
                  "--listen", f"127.0.0.1:{self.port}", *self.args],
-                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                cwd=self.root, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True,
             )  # fmt: skip
         deadline = time.monotonic() + timeout
