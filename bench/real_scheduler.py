@@ -262,6 +262,9 @@ EXTENDER_COUNTERS = {
     "filter picks": "dra_extender_filter_picks_total",
     "binds that waited for a claim": "dra_extender_bind_claim_waits_total",
     "of which kept their decision": "dra_extender_bind_claim_decisions_kept_total",
+    "claims the controller replaced, moved by their bind": 'dra_extender_replaced_claims_total{outcome="moved"}',
+    "moved after the binding": 'dra_extender_replaced_claims_total{outcome="moved_after_binding"}',
+    "moves that failed": 'dra_extender_replaced_claims_total{outcome="failed"}',
 }
 
 

@@ -64,12 +64,16 @@ def test_the_extenders_counters_are_read_from_its_metrics_by_the_benchs_names() 
             "# TYPE dra_extender_bind_claim_waits_total counter",
             "dra_extender_bind_claim_waits_total 7.0",
             "dra_extender_bind_claim_decisions_kept_total 5.0",
+            'dra_extender_replaced_claims_total{outcome="moved"} 2.0',
+            'dra_extender_replaced_claims_total{outcome="moved_after_binding"} 1.0',
             'dra_extender_binds_total{outcome="bound",reason=""} 9.0',
         ]
     )
     assert extender_counts(parse_metrics(text)) == {
         "binds that waited for a claim": 7.0,
         "of which kept their decision": 5.0,
+        "claims the controller replaced, moved by their bind": 2.0,
+        "moved after the binding": 1.0,
     }
 
 

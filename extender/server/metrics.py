@@ -163,6 +163,16 @@ class _StateCollector(Collector):
         for outcome in ("placed", "kept", "moved", "dropped", "expired"):
             holds.add_metric([outcome], stats.holds.get(outcome, 0))
         yield holds
+        replaced = CounterMetricFamily(
+            f"{NAMESPACE}_replaced_claims",
+            "Template claims the resourceclaim controller replaced with another (kubernetes#140217), by "
+            "outcome: moved (their devices moved to the new claim during the bind), moved_after_binding "
+            "(after it), failed (a move after the binding that could not be written).",
+            labels=["outcome"],
+        )
+        for outcome in ("moved", "moved_after_binding", "failed"):
+            replaced.add_metric([outcome], stats.replaced_claims.get(outcome, 0))
+        yield replaced
         gang_plans = CounterMetricFamily(
             f"{NAMESPACE}_gang_plans",
             "Joint plans of a gang's devices (docs/gangs.md), by outcome: found, greedy (the search "

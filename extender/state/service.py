@@ -390,5 +390,7 @@ class SchedulingService:
             self.warmed = True
 
     async def stop(self) -> None:
-        """Stop the service's background work (classic DRA publishes) before the backend stops."""
+        """Stop the service's background work (classic DRA publishes, moves of replaced claims)
+        before the backend stops."""
         await self.classic.stop()
+        await self.binder.replaced.stop()

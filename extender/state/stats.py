@@ -29,6 +29,9 @@ class ServiceStats:
     claim_wait_seconds: float = 0.0
     #: Of those binds, the ones that kept the devices decided before the wait (no second decision).
     claim_decisions_kept: int = 0
+    #: Template claims the resourceclaim controller replaced (kubernetes#140217, ``bind/replaced.py``),
+    #: by outcome: moved (during the bind), moved_after_binding, failed (after the binding).
+    replaced_claims: dict[str, int] = field(default_factory=dict)
     #: Filter answers that named the one node prioritize would rank first (``--filter-picks-node``).
     filter_picks: int = 0
     #: Gang plans by outcome: found, greedy (the search budget ran out, one member at a time
@@ -42,6 +45,9 @@ class ServiceStats:
 
     def count_hold(self, outcome: str, n: int = 1) -> None:
         self.holds[outcome] = self.holds.get(outcome, 0) + n
+
+    def count_replaced(self, outcome: str, n: int = 1) -> None:
+        self.replaced_claims[outcome] = self.replaced_claims.get(outcome, 0) + n
 
     def count_gang_plan(self, outcome: str) -> None:
         self.gang_plans[outcome] = self.gang_plans.get(outcome, 0) + 1

@@ -971,11 +971,14 @@ def test_why_names_both_the_pods_and_the_pod_group_a_claim_is_reserved_for() -> 
     assert any("default/pg-domain (pod default/someone; pod group default/pg)" in m for m in messages), messages
 
 
-async def test_a_member_whose_own_template_claim_the_controller_replaced_is_not_bound() -> None:
+@pytest.mark.parametrize("same_spec", [True, False], ids=["moved", "another-spec"])
+async def test_a_member_whose_own_template_claim_the_controller_replaced(same_spec: bool) -> None:
     """kubernetes#140217 for a gang's member: besides its PodGroup's claim, the member's status names
     its own template claim; when kube-controller-manager 1.36 made a second claim and named that one
-    before the binding, the bind undoes its writes and fails the attempt, as for any pod
-    (docs/pipeline.md, the writes), instead of binding a member whose claim nothing allocated."""
+    before the binding, the bind moves the devices to it where it was made from the same spec, as
+    for any pod; otherwise it undoes its writes and fails the attempt (docs/pipeline.md, the writes),
+    instead of binding a member whose claim nothing allocated. Either way the PodGroup's claim stays
+    allocated and reserved for the group (an undo never takes a group's reservation back)."""
     objects = [
         o
         for o in fabric_objects()
@@ -1006,6 +1009,8 @@ async def test_a_member_whose_own_template_claim_the_controller_replaced_is_not_
         for field in ("uid", "resourceVersion", "creationTimestamp"):
             second["metadata"].pop(field, None)
         second.pop("status", None)
+        if not same_spec:
+            second["spec"]["devices"]["requests"][0]["name"] = "other"
         backend.apply(second)
         pod = backend.get("Pod", "default", "m0")
         assert pod is not None
@@ -1014,8 +1019,30 @@ async def test_a_member_whose_own_template_claim_the_controller_replaced_is_not_
         replaced.append("m0-t0-other")
 
     backend.faults.hook("update_claim_status", replace_the_claim)
-    with pytest.raises(Transient, match="its status names ResourceClaim m0-t0-other"):
+    devices_of_first: list[str] = []
+    real_update = backend.update_claim_status
+
+    async def watching(raw: dict[str, Any]) -> dict[str, Any]:
+        answer = await real_update(raw)
+        if raw["metadata"]["name"] == first and (raw.get("status") or {}).get("allocation"):
+            devices_of_first[:] = [r["device"] for r in raw["status"]["allocation"]["devices"]["results"]]
+        return answer
+
+    backend.update_claim_status = watching  # type: ignore[method-assign]
+    if same_spec:
         await svc.bind("default", "m0", "uid-m0", chosen)
-    assert replaced and not (backend.get("Pod", "default", "m0") or {})["spec"].get("nodeName")
+        assert (backend.get("Pod", "default", "m0") or {})["spec"].get("nodeName") == chosen
+        moved = backend.get("ResourceClaim", "default", "m0-t0-other")
+        assert moved is not None and moved["status"]["reservedFor"][0]["uid"] == "uid-m0"
+        assert [r["device"] for r in moved["status"]["allocation"]["devices"]["results"]] == devices_of_first
+        assert devices_of_first and svc.stats.replaced_claims.get("moved", 0) == 1
+    else:
+        with pytest.raises(Transient, match="its status names ResourceClaim m0-t0-other"):
+            await svc.bind("default", "m0", "uid-m0", chosen)
+        assert not (backend.get("Pod", "default", "m0") or {})["spec"].get("nodeName")
+    assert replaced
     undone = backend.get("ResourceClaim", "default", first)
     assert undone is not None and not (undone.get("status") or {}).get("allocation")
+    domain = backend.get("ResourceClaim", "default", "pg-domain")
+    assert domain is not None
+    assert domain["status"]["allocation"] and domain["status"]["reservedFor"][0]["resource"] == "podgroups"

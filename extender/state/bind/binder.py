@@ -9,7 +9,9 @@ docs/pipeline.md ("one pod's timeline") walks through it. In short:
 2. a template claim the resourceclaim controller has not created yet is waited for (at most
    ``claim_wait_seconds``), and then the same devices are recorded under the claim's own key
    where they are still a valid allocation of it (``_still_valid``), else decided again;
-3. the writes of ``claim_writes.py``, then (a gang's member) the bind barrier of ``barrier.py``,
+3. the writes of ``claim_writes.py`` (a template claim the resourceclaim controller replaced
+   meanwhile has its devices moved to the new claim, ``replaced.py``, which also watches the pod
+   for such a replacement after the binding), then (a gang's member) the bind barrier of ``barrier.py``,
    which lets the binding go only once every member of the gang's pass has written its claims,
    then the binding; any failure rolls back exactly what was written, but for a binding sent and
    never answered, which keeps the claims (undoing them could leave a bound pod without its
@@ -65,7 +67,8 @@ from extender.state.bind.conditions import (
     release_unbindable,
 )
 from extender.state.bind.extended_writes import create_extended_claim, record_extended_status
-from extender.state.cache.claims import PodClaims, pod_claim_refs
+from extender.state.bind.replaced import ReplacedClaims, move, replacement
+from extender.state.cache.claims import PodClaims, controlling_pod, pod_claim_refs
 from extender.state.cache.cluster import ClusterView
 from extender.state.cache.pods import bound_node, nominated_node, pod_group_name, pod_identity, pod_key, pod_uid
 from extender.state.classic import ClassicNegotiator
@@ -123,6 +126,10 @@ def _group_consumer(claims: PodClaims) -> dict[str, str]:
     api_group, resource = POD_GROUP_CONSUMER
     return {"apiGroup": api_group, "resource": resource, "name": claims.group.name, "uid": claims.group.uid}
 
+
+#: How many times one bind follows the resourceclaim controller's replacement of a template claim
+#: (``_move_to_replacements``) before it gives up and fails the attempt as before.
+MAX_CLAIM_MOVES = 3
 
 #: The kinds whose every change can alter what the allocator finds on a node for the same claims,
 #: whatever the node: a decision made before a wait is kept only if none of them changed meanwhile.
@@ -204,6 +211,8 @@ class Binder:
         # Binds waiting for another member's write of a PodGroup claim (``_group_claim_settled``).
         self._group_waiters: dict[str, list[asyncio.Event]] = {}
         self.store.claim_listeners.append(self._claim_or_pod_changed)
+        #: Template claims the controller replaces after a bind of ours (``replaced.py``).
+        self.replaced = ReplacedClaims(cluster, stats, binding=binding)
         # A lock per PodGroup claim being allocated, held while a bind decides and writes it
         # (weak: a lock nobody holds or waits for goes)
         self._group_claim_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -264,7 +273,7 @@ class Binder:
                     decision = await self._with_created_claims(decision, writes_by)
                 if decision.claims.classic:
                     decision = await self._with_classic_allocated(decision, writes_by)
-                await self._write(decision, writes_by, deadline, before_binding, gang)
+                decision = await self._write(decision, writes_by, deadline, before_binding, gang)
             except asyncio.CancelledError:
                 # What reached the API is unknown: the entries keep the devices taken until the
                 # store shows the claims (reconcile) or their TTL ends.
@@ -285,6 +294,7 @@ class Binder:
                 self.barrier.finished(gang, actual_uid)
         # Entries leave the ledger once the store shows the allocations (reconcile).
         self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
+        self.replaced.bound(decision.pod, decision.node, decision.claims)
         self.cluster.nominations.drop(actual_uid)  # a preemptor's wait is over
         await self._end_negotiation(decision.pod, deadline)
 
@@ -614,7 +624,7 @@ class Binder:
             return
         if kind == "Pod":
             targets = self._claim_waiters.get(key, ())
-        elif kind == "ResourceClaim" and (owner := self._owner_pod(key)) is not None:
+        elif kind == "ResourceClaim" and (owner := controlling_pod(self.store, key)) is not None:
             # A template claim wakes the bind of the pod it was made for only: with hundreds of binds
             # waiting for a lagging controller, waking them all for every claim costs each one a
             # resolution of its claims per event. And only once the pod's status names it: the
@@ -640,17 +650,6 @@ class Binder:
         statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or ()
         return any(isinstance(entry, dict) and entry.get("resourceClaimName") == name for entry in statuses)
 
-    def _owner_pod(self, claim_key: str) -> tuple[str, str] | None:
-        """``namespace/name`` and UID of the pod that controls the stored claim, or None (no such
-        claim any more, or not a pod's)."""
-        raw = self.store.raw_claims.get(claim_key)
-        if raw is None:
-            return None
-        for ref in (raw.get("metadata") or {}).get("ownerReferences") or ():
-            if ref.get("controller") and ref.get("kind") == "Pod" and ref.get("name"):
-                return f"{claim_key.partition('/')[0]}/{ref['name']}", str(ref.get("uid") or "")
-        return None
-
     # --- the writes -------------------------------------------------------------------------------
 
     async def _write(
@@ -660,9 +659,10 @@ class Binder:
         deadline: float,
         before_binding: Callable[[], Awaitable[None]] | None = None,
         gang: GangRound | None = None,
-    ) -> None:
+    ) -> _Decision:
         """The claim writes, then ``before_binding`` (the gang's bind barrier), then the binding,
-        all before ``writes_by``; on failure exactly what
+        all before ``writes_by``; returns the decision as written (``_move_to_replacements`` may
+        have changed its claims). On failure exactly what
         was written is undone, before ``deadline``. A binding sent and never answered (or still
         in flight at ``writes_by``) keeps the claims: undoing them could leave a bound pod
         without its devices; kept, they pin the pod's next attempt to this node (and the
@@ -670,6 +670,7 @@ class Binder:
         pod, claims = decision.pod, decision.claims
         namespace, name, uid = pod_identity(pod)
         written: list[Written] = []
+        moved: list[str] = []  # the keys of replacement claims this bind moved devices to
         keep_writes = False
         step = "claim writes"
         timeout = timeout_until(self.clock, writes_by)
@@ -697,6 +698,8 @@ class Binder:
                             await record_extended_status(self.backend, self._current(pod), claims, claim)
                     step = "binding conditions"
                     await self._await_binding_conditions(decision, [r.claim_key for r in written], writes_by)
+                    step = "claim writes"  # a gang's member's too: before its round's gate
+                    decision = await self._move_to_replacements(decision, written, moved)
                     if before_binding is not None:
                         # before the gate too: once it opened, the gang's other members bind
                         self._check_claims_not_replaced(decision)
@@ -716,7 +719,7 @@ class Binder:
                     with contextlib.suppress(TimeoutError):
                         async with timeout_until(self.clock, deadline):
                             if await self._bound_already(namespace, name, uid, decision.node):
-                                return
+                                return decision
                     keep_writes = True
                 raise DeadlineExceeded(
                     f'pod "{namespace}/{name}": bind deadline of {self.deadline_seconds:g}s passed during {step}'
@@ -738,17 +741,69 @@ class Binder:
                 for record_ in written:
                     if record_.created:  # its entry moved to the created claim's key
                         self.ledger.drop(record_.claim_key, pod_uid=uid)
+            for key in moved:  # as the decision's own entries (``bind``)
+                self.ledger.drop(key, pod_uid=uid)
             raise
+        return decision
+
+    async def _move_to_replacements(self, decision: _Decision, written: list[Written], moved: list[str]) -> _Decision:
+        """After the claim writes, before the binding: where the pod's status now names, for a
+        template claim this bind wrote, a claim the controller made in its place (kubernetes#140217,
+        ``replaced.py``), the devices go to that claim (``replaced.move``) where they can as they
+        are (``replaced.replacement``). Up to ``MAX_CLAIM_MOVES`` times; the decision as it now
+        stands is returned, and a replacement that cannot be moved is left to the check."""
+        for _ in range(MAX_CLAIM_MOVES):
+            pod = self._current(decision.pod)
+            moves = self._replacements(decision, pod)
+            if not moves:
+                return decision
+            moved.extend(claim.key for claim, _ in moves.values())
+            await move(self.cluster, pod, decision.node, moves, written)
+            self.stats.count_replaced("moved", len(moves))
+            swap = {old: claim for old, (claim, _) in moves.items()}
+            claims = dataclasses.replace(
+                decision.claims,
+                all=[swap.get(c.key, c) for c in decision.claims.all],
+                to_allocate=[swap.get(c.key, c) for c in decision.claims.to_allocate],
+            )
+            decision = _Decision(pod, decision.node, claims, decision.results)
+        return decision
+
+    def _replacements(
+        self, decision: _Decision, pod: Mapping[str, Any]
+    ) -> dict[str, tuple[ResourceClaim, AllocationResult]] | None:
+        """The template claims this bind allocated that ``pod``'s status has replaced, each with
+        its replacement and the allocation it gets, when every one can be moved. Empty when
+        nothing was replaced, None when something was but cannot be moved."""
+        namespace = pod_identity(pod)[0]
+        before = {ref.name: ref.claim for ref in pod_claim_refs(decision.pod) if ref.template is not None}
+        written = {claim.key for claim in decision.claims.all}
+        results = dict(zip((c.key for c in decision.claims.to_allocate), decision.results, strict=True))
+        moves: dict[str, tuple[ResourceClaim, AllocationResult]] = {}
+        for ref in pod_claim_refs(pod):
+            if ref.template is None or not ref.claim or f"{namespace}/{ref.claim}" in written:
+                continue
+            old_key = f"{namespace}/{before.get(ref.name)}"
+            result = results.get(old_key)
+            new_key = f"{namespace}/{ref.claim}"
+            claim = None if result is None else replacement(
+                self.cluster, decision.claims.pod_key, decision.claims.pod_uid, old_key, new_key, result
+            )  # fmt: skip
+            if claim is None or result is None:
+                return None
+            moves[old_key] = (claim, result)
+        return moves
 
     def _check_claims_not_replaced(self, decision: _Decision) -> None:
         """Before the binding: the pod's status must still name the template claims this bind
         wrote. kube-controller-manager 1.36's resourceclaim controller can make a second claim for
         a pod whose first one its informer has not shown yet (kubernetes#140217; fixed upstream by
         kubernetes#140227, not in 1.36.3) and record that one in the pod's status instead: bound
-        now, the pod would run with a claim nothing allocated. Transient: the writes are undone and
-        the next attempt allocates the claim the status names. A gang's member too: beside its own,
-        its status names its PodGroup's claim, the one this bind resolved (through that status or the
-        group's)."""
+        now, the pod would run with a claim nothing allocated. The bind has moved what it could to
+        the new claim (``_move_to_replacements``); for anything else, Transient: the writes are
+        undone and the next attempt allocates the claim the status names. A gang's member too:
+        beside its own, its status names its PodGroup's claim, the one this bind resolved (through
+        that status or the group's)."""
         pod = self._current(decision.pod)
         namespace = pod_identity(pod)[0]
         written = {claim.key for claim in decision.claims.all}

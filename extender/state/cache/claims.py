@@ -44,6 +44,7 @@ __all__ = [
     "MAX_CONSUMERS",
     "PodClaimRef",
     "PodClaims",
+    "controlling_pod",
     "extended_provisional_key",
     "pod_claim_refs",
     "provisional_key",
@@ -273,6 +274,18 @@ class PodClaimRef:
     claim: str | None
     #: ``resourceClaimTemplateName`` (None for a direct claim).
     template: str | None
+
+
+def controlling_pod(store: ObjectStore, claim_key: str) -> tuple[str, str] | None:
+    """``namespace/name`` and UID of the pod that controls the stored claim (a template claim's
+    owner), or None (no such claim any more, or not a pod's)."""
+    raw = store.raw_claims.get(claim_key)
+    if raw is None:
+        return None
+    for ref in (raw.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == "Pod" and ref.get("name"):
+            return f"{claim_key.partition('/')[0]}/{ref['name']}", str(ref.get("uid") or "")
+    return None
 
 
 def pod_claim_refs(pod: Mapping[str, Any]) -> list[PodClaimRef]:

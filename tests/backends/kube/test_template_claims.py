@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from extender.backends.kube import KubeBackend
-from extender.core.errors import ClaimNotCreated, Transient
+from extender.core.errors import ClaimNotCreated, ExtenderError, Transient
 from extender.state.service import SchedulingService
 from tests import manifests as m
 from tests.backends.kube.test_backend import assert_consistent, node_of, started, until
@@ -172,49 +172,155 @@ async def test_a_template_claim_wakes_only_the_bind_of_its_own_pod(fake: FakeApi
         await backend.stop()
 
 
-async def test_a_claim_the_controller_replaced_before_the_binding_is_undone_and_the_next_attempt_binds(
-    fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def replace_during_the_writes(
+    fake: FakeApiServer, backend: KubeBackend, monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """kube-controller-manager 1.36 can make a second claim for a pod whose first its informer has
-    not shown yet, and name that one in the pod's status (kubernetes#140217; seen once in a
-    5000-node run: 12 pods bound with an unallocated claim). A bind that sees the status change
-    before its binding undoes its writes and fails the attempt; the next allocates the new claim."""
+    not shown yet, and name that one in the pod's status (kubernetes#140217; seen in 5000-node runs):
+    here it does so for ``p1`` right after the bind's first claim write, made from the template's
+    spec (or ``spec``), and the store shows it before the write returns. Once made: its ``name``, and
+    the ``devices`` the first claim had then."""
     import extender.state.bind.binder as binder_module
 
+    real_write = binder_module.write_allocation
+    replaced: dict[str, Any] = {}
+
+    async def write_then_replace(*args: Any, **kwargs: Any) -> Any:
+        written = await real_write(*args, **kwargs)
+        if not replaced:
+            pod = fake.get_object("Pod", "default", "p1")
+            assert pod is not None
+            first = claim_status(fake, _status_names(pod)[0])
+            replaced.update(name="p1-t0-fghij", devices=allocated_devices(first))
+            second = controller_claim(pod, spec)
+            second["metadata"]["name"] = "p1-t0-fghij"
+            fake.put_object(second)
+            fake.put_object(name_in_status(pod, "p1-t0-fghij"))
+            await until(lambda: _status_names(backend.store.pods["default/p1"]) == ["p1-t0-fghij"])
+        return written
+
+    monkeypatch.setattr(binder_module, "write_allocation", write_then_replace)
+    return replaced
+
+
+def allocated_devices(claim: dict[str, Any]) -> list[str]:
+    return [r["device"] for r in ((claim.get("status") or {}).get("allocation") or {})["devices"]["results"]]
+
+
+def claim_status(fake: FakeApiServer, name: str) -> dict[str, Any]:
+    claim = fake.get_object("ResourceClaim", "default", name, group="resource.k8s.io")
+    assert claim is not None
+    return claim
+
+
+async def test_a_claim_the_controller_replaced_before_the_binding_gets_the_devices_and_the_pod_binds(
+    fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bind sees the status change before its binding: the new claim is made from the same
+    spec, so it gets the same devices (written before the first claim lets them go), the first
+    claim's writes are undone, and the pod binds in this attempt (no failed attempt)."""
     backend, service = await stack(fake, **PATIENT)
     try:
         first = play_the_controller(fake, "p1")
         await until(lambda: f"default/{first}" in backend.store.claims and service.cluster.claims(
             backend.store.pods["default/p1"], from_templates=False).all)  # fmt: skip
-        real_write = binder_module.write_allocation
-        replaced: list[str] = []
+        replaced = replace_during_the_writes(fake, backend, monkeypatch)
+        await service.bind("default", "p1", "uid-p1", "node-1")
+        assert replaced["name"] == "p1-t0-fghij" and node_of(fake, "p1") == "node-1"
+        undone = claim_status(fake, first)
+        assert not (undone.get("status") or {}).get("allocation")
+        assert not (undone["metadata"].get("finalizers") or [])  # the finalizer it wrote is gone too
+        moved = claim_status(fake, "p1-t0-fghij")
+        assert moved["status"]["reservedFor"][0]["uid"] == "uid-p1"
+        assert allocated_devices(moved) == replaced["devices"] and len(replaced["devices"]) == 1
+        # the new claim holds the devices before the first lets them go
+        puts = [r.path for r in fake.requests if r.method == "PUT" and r.path.endswith("/status")]
+        assert puts.index("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/p1-t0-fghij/status") < max(
+            i for i, path in enumerate(puts) if path.endswith(f"/resourceclaims/{first}/status")
+        )
+        assert service.stats.replaced_claims.get("moved", 0) == 1
+        await until(lambda: all(e.pod_key != "default/p1" for e in service.ledger))
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
 
-        async def write_then_replace(*args: Any, **kwargs: Any) -> Any:
-            written = await real_write(*args, **kwargs)
-            if not replaced:  # the controller's second claim, recorded in the pod's status
-                pod = fake.get_object("Pod", "default", "p1")
-                assert pod is not None
-                second = m.claim("p1-t0-fghij")
-                second["spec"] = m.template("gpu-template")["spec"]["spec"]
-                second["metadata"]["ownerReferences"] = pod_owner(pod)
-                fake.put_object(second)
-                pod["status"]["resourceClaimStatuses"] = [{"name": "t0", "resourceClaimName": "p1-t0-fghij"}]
-                fake.put_object(pod)
-                replaced.append("p1-t0-fghij")
-                await until(lambda: _status_names(backend.store.pods["default/p1"]) == ["p1-t0-fghij"])
-            return written
 
-        monkeypatch.setattr(binder_module, "write_allocation", write_then_replace)
+async def test_a_failed_write_of_the_replacement_undoes_both_claims(
+    fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The replacement's allocation cannot be written: both claims' writes are undone (the
+    replacement's finalizer too), the pod is not bound, the ledger holds nothing for it, and the
+    next attempt binds with the replacement."""
+    backend, service = await stack(fake, **PATIENT)
+    try:
+        first = play_the_controller(fake, "p1")
+        await until(lambda: f"default/{first}" in backend.store.claims and service.cluster.claims(
+            backend.store.pods["default/p1"], from_templates=False).all)  # fmt: skip
+        replace_during_the_writes(fake, backend, monkeypatch)
+        fake.fail("PUT", r"/resourceclaims/p1-t0-fghij/status$", status=500)
+        with pytest.raises(ExtenderError):
+            await service.bind("default", "p1", "uid-p1", "node-1")
+        assert node_of(fake, "p1") is None and service.stats.replaced_claims.get("moved", 0) == 0
+        for name in (first, "p1-t0-fghij"):
+            claim = claim_status(fake, name)
+            assert not (claim.get("status") or {}).get("allocation"), name
+            assert not (claim["metadata"].get("finalizers") or []), name
+        assert all(e.pod_key != "default/p1" for e in service.ledger)
+        await service.bind("default", "p1", "uid-p1", "node-1")  # kube-scheduler's next attempt
+        assert claim_status(fake, "p1-t0-fghij")["status"]["reservedFor"][0]["uid"] == "uid-p1"
+        assert node_of(fake, "p1") == "node-1"
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_a_binding_refused_after_a_move_undoes_both_claims(
+    fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The devices moved, then the binding is refused: the moved claim's writes are undone as the
+    first's were, and the ledger keeps nothing of the pod."""
+    backend, service = await stack(fake, **PATIENT)
+    try:
+        first = play_the_controller(fake, "p1")
+        await until(lambda: f"default/{first}" in backend.store.claims and service.cluster.claims(
+            backend.store.pods["default/p1"], from_templates=False).all)  # fmt: skip
+        replace_during_the_writes(fake, backend, monkeypatch)
+        fake.fail("POST", r"/pods/p1/binding$", status=409)
+        with pytest.raises(ExtenderError):
+            await service.bind("default", "p1", "uid-p1", "node-1")
+        assert node_of(fake, "p1") is None and service.stats.replaced_claims.get("moved", 0) == 1
+        for name in (first, "p1-t0-fghij"):
+            claim = claim_status(fake, name)
+            assert not (claim.get("status") or {}).get("allocation"), name
+            assert not (claim["metadata"].get("finalizers") or []), name
+        assert all(e.pod_key != "default/p1" for e in service.ledger)
+        assert_consistent(fake)
+    finally:
+        await backend.stop()
+
+
+async def test_a_replacement_of_another_spec_is_undone_and_the_next_attempt_binds(
+    fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the devices cannot simply move (here the new claim asks for something else), the bind
+    undoes its writes and fails the attempt, and the next attempt allocates the claim now named."""
+    backend, service = await stack(fake, **PATIENT)
+    try:
+        first = play_the_controller(fake, "p1")
+        await until(lambda: f"default/{first}" in backend.store.claims and service.cluster.claims(
+            backend.store.pods["default/p1"], from_templates=False).all)  # fmt: skip
+        other_spec = m.template("gpu-template")["spec"]["spec"]
+        other_spec["devices"]["requests"][0]["name"] = "other"
+        replace_during_the_writes(fake, backend, monkeypatch, other_spec)
         with pytest.raises(Transient, match="its status names ResourceClaim p1-t0-fghij"):
             await service.bind("default", "p1", "uid-p1", "node-1")
-        assert node_of(fake, "p1") is None
-        undone = fake.get_object("ResourceClaim", "default", first, group="resource.k8s.io")
-        assert undone is not None and not (undone.get("status") or {}).get("allocation")
-        assert not (undone["metadata"].get("finalizers") or [])  # the finalizer it wrote is gone too
+        assert node_of(fake, "p1") is None and service.stats.replaced_claims.get("moved", 0) == 0
+        undone = claim_status(fake, first)
+        assert not (undone.get("status") or {}).get("allocation")
+        assert not (undone["metadata"].get("finalizers") or [])
         await until(lambda: all(e.pod_key != "default/p1" for e in service.ledger))
         await service.bind("default", "p1", "uid-p1", "node-1")  # kube-scheduler's next attempt
-        claim = fake.get_object("ResourceClaim", "default", "p1-t0-fghij", group="resource.k8s.io")
-        assert claim is not None and claim["status"]["reservedFor"][0]["uid"] == "uid-p1"
+        assert claim_status(fake, "p1-t0-fghij")["status"]["reservedFor"][0]["uid"] == "uid-p1"
         assert node_of(fake, "p1") == "node-1"
         assert_consistent(fake)
     finally:
