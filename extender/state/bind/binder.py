@@ -130,6 +130,10 @@ def _group_consumer(claims: PodClaims) -> dict[str, str]:
 #: How many times one bind follows the resourceclaim controller's replacement of a template claim
 #: (``_move_to_replacements``) before it gives up and fails the attempt as before.
 MAX_CLAIM_MOVES = 3
+#: How long a bind waits for the watch to show a replacement the pod's status names already (the
+#: controller creates the claim before it writes the status, but the claim and pod watches are
+#: separate streams): seconds, and never past the writes' deadline.
+REPLACEMENT_WAIT_SECONDS = 5.0
 
 #: The kinds whose every change can alter what the allocator finds on a node for the same claims,
 #: whatever the node: a decision made before a wait is kept only if none of them changed meanwhile.
@@ -145,6 +149,10 @@ class _Basis:
     inputs: tuple[int, ...]
     node: NodeInfo
     allocated: tuple[tuple[str, AllocationResult | None], ...]
+
+
+class _CannotMove:
+    """A replacement of a template claim whose devices cannot move to it (``_replacements``)."""
 
 
 @dataclass(slots=True)
@@ -699,7 +707,7 @@ class Binder:
                     step = "binding conditions"
                     await self._await_binding_conditions(decision, [r.claim_key for r in written], writes_by)
                     step = "claim writes"  # a gang's member's too: before its round's gate
-                    decision = await self._move_to_replacements(decision, written, moved)
+                    decision = await self._move_to_replacements(decision, written, moved, writes_by)
                     if before_binding is not None:
                         # before the gate too: once it opened, the gang's other members bind
                         self._check_claims_not_replaced(decision)
@@ -746,53 +754,76 @@ class Binder:
             raise
         return decision
 
-    async def _move_to_replacements(self, decision: _Decision, written: list[Written], moved: list[str]) -> _Decision:
+    async def _move_to_replacements(
+        self, decision: _Decision, written: list[Written], moved: list[str], writes_by: float
+    ) -> _Decision:
         """After the claim writes, before the binding: where the pod's status now names, for a
         template claim this bind wrote, a claim the controller made in its place (kubernetes#140217,
         ``replaced.py``), the devices go to that claim (``replaced.move``) where they can as they
-        are (``replaced.replacement``). Up to ``MAX_CLAIM_MOVES`` times; the decision as it now
+        are (``replaced.replacement``); a replacement the store does not show yet is waited for
+        (``REPLACEMENT_WAIT_SECONDS``). Up to ``MAX_CLAIM_MOVES`` moves; the decision as it now
         stands is returned, and a replacement that cannot be moved is left to the check."""
-        for _ in range(MAX_CLAIM_MOVES):
-            pod = self._current(decision.pod)
-            moves = self._replacements(decision, pod)
-            if not moves:
-                return decision
-            moved.extend(claim.key for claim, _ in moves.values())
-            await move(self.cluster, pod, decision.node, moves, written)
-            self.stats.count_replaced("moved", len(moves))
-            swap = {old: claim for old, (claim, _) in moves.items()}
-            claims = dataclasses.replace(
-                decision.claims,
-                all=[swap.get(c.key, c) for c in decision.claims.all],
-                to_allocate=[swap.get(c.key, c) for c in decision.claims.to_allocate],
-            )
-            decision = _Decision(pod, decision.node, claims, decision.results)
+        until = min(writes_by, self.clock() + REPLACEMENT_WAIT_SECONDS)
+        moves_made = 0
+        with self._claim_waiter(decision.claims.pod_key, self._claim_waiters) as event:
+            while moves_made < MAX_CLAIM_MOVES:
+                event.clear()  # before reading: a change from now on wakes the wait below
+                pod = self._current(decision.pod)
+                moves = self._replacements(decision, pod)
+                if moves is None:
+                    remaining = until - self.clock()
+                    if remaining <= 0:
+                        return decision
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(remaining):
+                            await event.wait()
+                    continue
+                if not moves or isinstance(moves, _CannotMove):
+                    return decision
+                moves_made += 1
+                moved.extend(claim.key for claim, _ in moves.values())
+                await move(self.cluster, pod, decision.node, moves, written)
+                self.stats.count_replaced("moved", len(moves))
+                swap = {old: claim for old, (claim, _) in moves.items()}
+                claims = dataclasses.replace(
+                    decision.claims,
+                    all=[swap.get(c.key, c) for c in decision.claims.all],
+                    to_allocate=[swap.get(c.key, c) for c in decision.claims.to_allocate],
+                )
+                decision = _Decision(pod, decision.node, claims, decision.results)
         return decision
 
     def _replacements(
         self, decision: _Decision, pod: Mapping[str, Any]
-    ) -> dict[str, tuple[ResourceClaim, AllocationResult]] | None:
+    ) -> dict[str, tuple[ResourceClaim, AllocationResult]] | _CannotMove | None:
         """The template claims this bind allocated that ``pod``'s status has replaced, each with
         its replacement and the allocation it gets, when every one can be moved. Empty when
-        nothing was replaced, None when something was but cannot be moved."""
+        nothing was replaced, ``_CannotMove`` when something was but cannot be moved, None when
+        a replacement the status names is not in the store yet."""
         namespace = pod_identity(pod)[0]
         before = {ref.name: ref.claim for ref in pod_claim_refs(decision.pod) if ref.template is not None}
         written = {claim.key for claim in decision.claims.all}
         results = dict(zip((c.key for c in decision.claims.to_allocate), decision.results, strict=True))
         moves: dict[str, tuple[ResourceClaim, AllocationResult]] = {}
+        missing = False
         for ref in pod_claim_refs(pod):
             if ref.template is None or not ref.claim or f"{namespace}/{ref.claim}" in written:
                 continue
             old_key = f"{namespace}/{before.get(ref.name)}"
             result = results.get(old_key)
             new_key = f"{namespace}/{ref.claim}"
-            claim = None if result is None else replacement(
+            if result is None:
+                return _CannotMove()
+            if new_key not in self.store.claims and new_key not in self.store.invalid_claims:
+                missing = True
+                continue
+            claim = replacement(
                 self.cluster, decision.claims.pod_key, decision.claims.pod_uid, old_key, new_key, result
-            )  # fmt: skip
-            if claim is None or result is None:
-                return None
+            )
+            if claim is None:
+                return _CannotMove()
             moves[old_key] = (claim, result)
-        return moves
+        return None if missing else moves
 
     def _check_claims_not_replaced(self, decision: _Decision) -> None:
         """Before the binding: the pod's status must still name the template claims this bind

@@ -173,13 +173,21 @@ async def test_a_template_claim_wakes_only_the_bind_of_its_own_pod(fake: FakeApi
 
 
 def replace_during_the_writes(
-    fake: FakeApiServer, backend: KubeBackend, monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any] | None = None
+    fake: FakeApiServer,
+    backend: KubeBackend,
+    monkeypatch: pytest.MonkeyPatch,
+    spec: dict[str, Any] | None = None,
+    *,
+    claim_later: bool = False,
+    service: SchedulingService | None = None,
 ) -> dict[str, Any]:
     """kube-controller-manager 1.36 can make a second claim for a pod whose first its informer has
     not shown yet, and name that one in the pod's status (kubernetes#140217; seen in 5000-node runs):
     here it does so for ``p1`` right after the bind's first claim write, made from the template's
-    spec (or ``spec``), and the store shows it before the write returns. Once made: its ``name``, and
-    the ``devices`` the first claim had then."""
+    spec (or ``spec``), and the store shows it before the write returns; or, ``claim_later``, the
+    store shows the status first, and the new claim only once the bind waits for it (the claim and
+    pod watches are separate streams; ``service`` is the bind's). Once made: its ``name``, and the
+    ``devices`` the first claim had then."""
     import extender.state.bind.binder as binder_module
 
     real_write = binder_module.write_allocation
@@ -194,10 +202,19 @@ def replace_during_the_writes(
             replaced.update(name="p1-t0-fghij", devices=allocated_devices(first))
             second = controller_claim(pod, spec)
             second["metadata"]["name"] = "p1-t0-fghij"
-            fake.put_object(second)
+            if not claim_later:
+                fake.put_object(second)
             fake.put_object(name_in_status(pod, "p1-t0-fghij"))
             await until(lambda: _status_names(backend.store.pods["default/p1"]) == ["p1-t0-fghij"])
+            if claim_later:
+                asyncio.get_running_loop().create_task(put_when_waited_for(second))
         return written
+
+    async def put_when_waited_for(claim: dict[str, Any]) -> None:
+        assert service is not None
+        await until(lambda: service.binder.waiting_for_claims("default/p1"))  # the bind waits for it
+        assert f"default/{claim['metadata']['name']}" not in backend.store.claims
+        fake.put_object(claim)
 
     monkeypatch.setattr(binder_module, "write_allocation", write_then_replace)
     return replaced
@@ -213,8 +230,9 @@ def claim_status(fake: FakeApiServer, name: str) -> dict[str, Any]:
     return claim
 
 
+@pytest.mark.parametrize("claim_later", [False, True], ids=["claim first", "status first"])
 async def test_a_claim_the_controller_replaced_before_the_binding_gets_the_devices_and_the_pod_binds(
-    fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch
+    fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch, claim_later: bool
 ) -> None:
     """The bind sees the status change before its binding: the new claim is made from the same
     spec, so it gets the same devices (written before the first claim lets them go), the first
@@ -224,7 +242,7 @@ async def test_a_claim_the_controller_replaced_before_the_binding_gets_the_devic
         first = play_the_controller(fake, "p1")
         await until(lambda: f"default/{first}" in backend.store.claims and service.cluster.claims(
             backend.store.pods["default/p1"], from_templates=False).all)  # fmt: skip
-        replaced = replace_during_the_writes(fake, backend, monkeypatch)
+        replaced = replace_during_the_writes(fake, backend, monkeypatch, claim_later=claim_later, service=service)
         await service.bind("default", "p1", "uid-p1", "node-1")
         assert replaced["name"] == "p1-t0-fghij" and node_of(fake, "p1") == "node-1"
         undone = claim_status(fake, first)
