@@ -765,33 +765,41 @@ class Binder:
         stands is returned, and a replacement that cannot be moved is left to the check."""
         until = min(writes_by, self.clock() + REPLACEMENT_WAIT_SECONDS)
         moves_made = 0
-        with self._claim_waiter(decision.claims.pod_key, self._claim_waiters) as event:
-            while moves_made < MAX_CLAIM_MOVES:
-                event.clear()  # before reading: a change from now on wakes the wait below
-                pod = self._current(decision.pod)
-                moves = self._replacements(decision, pod)
-                if moves is None:
-                    remaining = until - self.clock()
-                    if remaining <= 0:
-                        return decision
-                    with contextlib.suppress(TimeoutError):
-                        async with asyncio.timeout(remaining):
-                            await event.wait()
-                    continue
-                if not moves or isinstance(moves, _CannotMove):
+        while moves_made < MAX_CLAIM_MOVES:
+            pod = self._current(decision.pod)
+            moves = self._replacements(decision, pod)
+            if moves is None:
+                if not await self._replacements_shown(decision, until):
                     return decision
-                moves_made += 1
-                moved.extend(claim.key for claim, _ in moves.values())
-                await move(self.cluster, pod, decision.node, moves, written)
-                self.stats.count_replaced("moved", len(moves))
-                swap = {old: claim for old, (claim, _) in moves.items()}
-                claims = dataclasses.replace(
-                    decision.claims,
-                    all=[swap.get(c.key, c) for c in decision.claims.all],
-                    to_allocate=[swap.get(c.key, c) for c in decision.claims.to_allocate],
-                )
-                decision = _Decision(pod, decision.node, claims, decision.results)
+                continue
+            if not moves or isinstance(moves, _CannotMove):
+                return decision
+            moves_made += 1
+            moved.extend(claim.key for claim, _ in moves.values())
+            await move(self.cluster, pod, decision.node, moves, written)
+            self.stats.count_replaced("moved", len(moves))
+            swap = {old: claim for old, (claim, _) in moves.items()}
+            claims = dataclasses.replace(
+                decision.claims,
+                all=[swap.get(c.key, c) for c in decision.claims.all],
+                to_allocate=[swap.get(c.key, c) for c in decision.claims.to_allocate],
+            )
+            decision = _Decision(pod, decision.node, claims, decision.results)
         return decision
+
+    async def _replacements_shown(self, decision: _Decision, until: float) -> bool:
+        """Wait until the store shows the replacements the pod's status names (woken by the pod's
+        and its claims' changes, ``_claim_or_pod_changed``); False once ``until`` has passed."""
+        with self._claim_waiter(decision.claims.pod_key, self._claim_waiters) as event:
+            while self._replacements(decision, self._current(decision.pod)) is None:
+                remaining = until - self.clock()
+                if remaining <= 0:
+                    return False
+                event.clear()  # after the check, with no await between: no change is missed
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):
+                        await event.wait()
+        return True
 
     def _replacements(
         self, decision: _Decision, pod: Mapping[str, Any]
