@@ -227,7 +227,8 @@ class Binder:
 
     def waiting_for_claims(self, pod_key: str) -> bool:
         """Whether a bind of the pod (``namespace/name``) is waiting right now for the
-        resourceclaim controller to create its template claims (``_with_created_claims``). Read
+        resourceclaim controller to create its template claims (``_with_created_claims``), or for
+        the watch to show a claim made in place of one it wrote (``_replacements_shown``). Read
         only; it lets a caller (a test) know that a bind has reached that wait instead of
         guessing with a sleep."""
         return pod_key in self._claim_waiters
@@ -706,7 +707,9 @@ class Binder:
                             await record_extended_status(self.backend, self._current(pod), claims, claim)
                     step = "binding conditions"
                     await self._await_binding_conditions(decision, [r.claim_key for r in written], writes_by)
-                    step = "claim writes"  # a gang's member's too: before its round's gate
+                    # a gang's member's too, before its round's gate (which the PodGroup claims' locks
+                    # wait for: held a little longer in the rare case of a replacement to wait for)
+                    step = "the move to a replacement claim"
                     decision = await self._move_to_replacements(decision, written, moved, writes_by)
                     if before_binding is not None:
                         # before the gate too: once it opened, the gang's other members bind
@@ -763,7 +766,9 @@ class Binder:
         are (``replaced.replacement``); a replacement the store does not show yet is waited for
         (``REPLACEMENT_WAIT_SECONDS``). Up to ``MAX_CLAIM_MOVES`` moves; the decision as it now
         stands is returned, and a replacement that cannot be moved is left to the check."""
-        until = min(writes_by, self.clock() + REPLACEMENT_WAIT_SECONDS)
+        # a reserve for the move and the binding after it (as ``_with_classic_allocated`` keeps)
+        now = self.clock()
+        until = min(writes_by - min(2.0, max(0.0, writes_by - now) / 4), now + REPLACEMENT_WAIT_SECONDS)
         moves_made = 0
         while moves_made < MAX_CLAIM_MOVES:
             pod = self._current(decision.pod)

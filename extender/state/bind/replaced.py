@@ -173,6 +173,9 @@ class ReplacedClaims:
             await asyncio.gather(*self._repairs.values(), return_exceptions=True)
 
     async def stop(self) -> None:
+        """No new moves; those running are cancelled where they are (a move cut between its two
+        halves leaves both claims holding the devices for the pod: the controller frees the one
+        the pod no longer names)."""
         self._stopped = True  # no new moves from late events
         for task in list(self._repairs.values()):
             task.cancel()
@@ -258,7 +261,10 @@ class ReplacedClaims:
             except Exception as exc:  # whatever failed, the move's writes are undone
                 # the replacements' writes are undone; the replaced claims keep the devices until
                 # the pod's or a claim's next event tries again
-                await roll_back(self.cluster.backend, [w for w in written if w.claim_key not in moves], entry.uid)
+                try:
+                    await roll_back(self.cluster.backend, [w for w in written if w.claim_key not in moves], entry.uid)
+                except Exception as undo:  # roll_back logs API failures itself; anything else, here
+                    log.warning("bind.claim_move_undo_failed", pod=key, error=repr(undo))
                 for new, _ in moves.values():
                     self.cluster.ledger.drop(new.key, pod_uid=entry.uid)
                 reason = exc.reason if isinstance(exc, ExtenderError) else repr(exc)
