@@ -153,46 +153,44 @@ class _StateCollector(Collector):
         ledger.add_metric([], len(service.ledger))
         yield ledger
         stats = service.stats
-        holds = CounterMetricFamily(
-            f"{NAMESPACE}_holds",
-            "Tentative holds of a pod's devices on the node it is expected to be bound to, by what "
-            "became of them: placed, kept (bind chose that node), moved (bind chose another), dropped "
-            "(the pod's next attempt), expired.",
-            labels=["outcome"],
-        )
-        for outcome in ("placed", "kept", "moved", "dropped", "expired"):
-            holds.add_metric([outcome], stats.holds.get(outcome, 0))
-        yield holds
-        replaced = CounterMetricFamily(
-            f"{NAMESPACE}_replaced_claims",
-            "Template claims the resourceclaim controller replaced with another (kubernetes#140217), by "
-            "outcome: moved (their devices moved to the new claim during the bind), moved_after_binding "
-            "(after it), failed (a move after the binding that could not be written).",
-            labels=["outcome"],
-        )
-        for outcome in ("moved", "moved_after_binding", "failed"):
-            replaced.add_metric([outcome], stats.replaced_claims.get(outcome, 0))
-        yield replaced
-        gang_plans = CounterMetricFamily(
-            f"{NAMESPACE}_gang_plans",
-            "Joint plans of a gang's devices (docs/gangs.md), by outcome: found, greedy (the search "
-            "budget spent, one member at a time placed enough), infeasible, budget (spent, and greedy "
-            "did not place enough), remembered (an unchanged infeasible gang answered from memory).",
-            labels=["outcome"],
-        )
-        for outcome in ("found", "greedy", "infeasible", "budget", "remembered"):
-            gang_plans.add_metric([outcome], stats.gang_plans.get(outcome, 0))
-        yield gang_plans
-        gang_barrier = CounterMetricFamily(
-            f"{NAMESPACE}_gang_barrier",
-            "Rounds of a gang's binds at the bind barrier (docs/gangs.md), by outcome: opened (every "
-            "member's claims written, the bindings sent), partial (closed without members whose binds "
-            "never came), aborted (a member failed before its binding: every member's writes undone).",
-            labels=["outcome"],
-        )
-        for outcome in ("opened", "partial", "aborted"):
-            gang_barrier.add_metric([outcome], stats.gang_barrier.get(outcome, 0))
-        yield gang_barrier
+        for name, help_text, counts, outcomes in (
+            (
+                "holds",
+                "Tentative holds of a pod's devices on the node it is expected to be bound to, by what "
+                "became of them: placed, kept (bind chose that node), moved (bind chose another), dropped "
+                "(the pod's next attempt), expired.",
+                stats.holds,
+                ("placed", "kept", "moved", "dropped", "expired"),
+            ),
+            (
+                "replaced_claims",
+                "Template claims the resourceclaim controller replaced with another (kubernetes#140217), by "
+                "outcome: moved (their devices moved to the new claim during the bind), moved_after_binding "
+                "(after it), failed (a move after the binding that could not be written).",
+                stats.replaced_claims,
+                ("moved", "moved_after_binding", "failed"),
+            ),
+            (
+                "gang_plans",
+                "Joint plans of a gang's devices (docs/gangs.md), by outcome: found, greedy (the search "
+                "budget spent, one member at a time placed enough), infeasible, budget (spent, and greedy "
+                "did not place enough), remembered (an unchanged infeasible gang answered from memory).",
+                stats.gang_plans,
+                ("found", "greedy", "infeasible", "budget", "remembered"),
+            ),
+            (
+                "gang_barrier",
+                "Rounds of a gang's binds at the bind barrier (docs/gangs.md), by outcome: opened (every "
+                "member's claims written, the bindings sent), partial (closed without members whose binds "
+                "never came), aborted (a member failed before its binding: every member's writes undone).",
+                stats.gang_barrier,
+                ("opened", "partial", "aborted"),
+            ),
+        ):
+            by_outcome = CounterMetricFamily(f"{NAMESPACE}_{name}", help_text, labels=["outcome"])
+            for outcome in outcomes:  # every outcome exported, 0 until it happens
+                by_outcome.add_metric([outcome], counts.get(outcome, 0))
+            yield by_outcome
         scalars: tuple[tuple[type[CounterMetricFamily | GaugeMetricFamily], str, str, float], ...] = (
             (
                 CounterMetricFamily,

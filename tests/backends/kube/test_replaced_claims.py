@@ -16,11 +16,13 @@ from tests.backends.kube.test_backend import assert_consistent, node_of, until
 from tests.backends.kube.test_template_claims import (
     PATIENT,
     allocated_devices,
+    assert_undone,
+    claim_made_for,
     claim_status,
     controller_claim,
     name_in_status,
-    play_the_controller,
     stack,
+    status_names,
 )
 from tests.fakes import FakeApiServer
 
@@ -31,9 +33,7 @@ async def bound_p1(fake: FakeApiServer) -> tuple[KubeBackend, SchedulingService,
     """p1 bound to node-1 with the claim the controller made first: the stack, that claim's name
     and its devices."""
     backend, service = await stack(fake, **PATIENT)
-    first = play_the_controller(fake, "p1")
-    await until(lambda: f"default/{first}" in backend.store.claims and service.cluster.claims(
-        backend.store.pods["default/p1"], from_templates=False).all)  # fmt: skip
+    first = await claim_made_for(fake, backend, service, "p1")
     await service.bind("default", "p1", "uid-p1", "node-1")
     assert node_of(fake, "p1") == "node-1" and service.binder.replaced.watched("default/p1")
     devices = allocated_devices(claim_status(fake, first))
@@ -76,9 +76,7 @@ async def test_the_devices_move_to_the_claim_the_status_names_after_the_binding(
         second = claim_status(fake, SECOND)
         assert allocated_devices(second) == devices
         assert [c["uid"] for c in second["status"]["reservedFor"]] == ["uid-p1"]
-        undone = claim_status(fake, first)
-        assert not (undone.get("status") or {}).get("allocation")
-        assert not (undone["metadata"].get("finalizers") or [])
+        assert_undone(fake, first)
         await until(lambda: all(e.pod_key != "default/p1" for e in service.ledger))
         # the devices are still taken: p2 finds no GPU on node-1
         assert service.filter(backend.store.pods["default/p2"], ["node-1"]).node_names == []
@@ -100,8 +98,7 @@ async def test_no_move_where_the_devices_cannot_go_as_they_are(fake: FakeApiServ
         else:
             replace_after_binding(fake, status={"phase": "Running"})
         await until(lambda: f"default/{SECOND}" in backend.store.claims)
-        await until(lambda: (backend.store.pods["default/p1"].get("status") or {}).get("resourceClaimStatuses")
-                    == [{"name": "t0", "resourceClaimName": SECOND}])  # fmt: skip
+        await until(lambda: status_names(backend.store.pods["default/p1"]) == [SECOND])
         await service.binder.replaced.idle()
         assert moved_after_binding(service) == 0
         assert allocated_devices(claim_status(fake, first)) == devices
@@ -120,9 +117,7 @@ async def test_a_move_that_cannot_be_written_leaves_the_first_claim_its_devices(
         await service.binder.replaced.idle()
         assert moved_after_binding(service) == 0
         assert allocated_devices(claim_status(fake, first)) == devices
-        second = claim_status(fake, SECOND)
-        assert not (second.get("status") or {}).get("allocation")
-        assert not (second["metadata"].get("finalizers") or [])  # the move's finalizer undone
+        assert_undone(fake, SECOND)  # the move's finalizer too
         assert all(e.claim_key != f"default/{SECOND}" for e in service.ledger)
         assert_consistent(fake)
     finally:
@@ -134,23 +129,20 @@ async def test_a_replacement_made_during_the_binding_request_is_moved(fake: Fake
     binding request is on its way: the move follows once the bind is over."""
     backend, service = await stack(fake, **PATIENT)
     try:
-        first = play_the_controller(fake, "p1")
-        await until(lambda: f"default/{first}" in backend.store.claims and service.cluster.claims(
-            backend.store.pods["default/p1"], from_templates=False).all)  # fmt: skip
+        first = await claim_made_for(fake, backend, service, "p1")
         gate = fake.hold("POST", r"/pods/p1/binding$")
         bind = asyncio.create_task(service.bind("default", "p1", "uid-p1", "node-1"))
         await gate.arrived()
         devices = allocated_devices(claim_status(fake, first))
         replace_after_binding(fake)
         await until(lambda: f"default/{SECOND}" in backend.store.claims)
-        await until(lambda: (backend.store.pods["default/p1"].get("status") or {}).get("resourceClaimStatuses")
-                    == [{"name": "t0", "resourceClaimName": SECOND}])  # fmt: skip
+        await until(lambda: status_names(backend.store.pods["default/p1"]) == [SECOND])
         gate.release()
         await bind
         await until(lambda: moved_after_binding(service) == 1)
         await service.binder.replaced.idle()
         assert allocated_devices(claim_status(fake, SECOND)) == devices
-        assert not (claim_status(fake, first).get("status") or {}).get("allocation")
+        assert_undone(fake, first)
         assert node_of(fake, "p1") == "node-1"
         assert_consistent(fake)
     finally:
@@ -162,10 +154,7 @@ async def test_a_bound_pod_is_watched_for_the_window_only(fake: FakeApiServer) -
     backend, service = await stack(fake, clock=lambda: now[0], **PATIENT)
     try:
         for pod, node in (("p1", "node-1"), ("p2", "node-2")):
-            name = play_the_controller(fake, pod)
-            await until(lambda name=name: f"default/{name}" in backend.store.claims)
-            await until(lambda pod=pod: bool(service.cluster.claims(
-                backend.store.pods[f"default/{pod}"], from_templates=False).all))  # fmt: skip
+            await claim_made_for(fake, backend, service, pod)
             await service.bind("default", pod, f"uid-{pod}", node)
             assert service.binder.replaced.watched(f"default/{pod}")
             if pod == "p1":

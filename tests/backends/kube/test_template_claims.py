@@ -198,14 +198,14 @@ def replace_during_the_writes(
         if not replaced:
             pod = fake.get_object("Pod", "default", "p1")
             assert pod is not None
-            first = claim_status(fake, _status_names(pod)[0])
+            first = claim_status(fake, status_names(pod)[0])
             replaced.update(name="p1-t0-fghij", devices=allocated_devices(first))
             second = controller_claim(pod, spec)
             second["metadata"]["name"] = "p1-t0-fghij"
             if not claim_later:
                 fake.put_object(second)
             fake.put_object(name_in_status(pod, "p1-t0-fghij"))
-            await until(lambda: _status_names(backend.store.pods["default/p1"]) == ["p1-t0-fghij"])
+            await until(lambda: status_names(backend.store.pods["default/p1"]) == ["p1-t0-fghij"])
             if claim_later:
                 asyncio.get_running_loop().create_task(put_when_waited_for(second))
         return written
@@ -230,6 +230,23 @@ def claim_status(fake: FakeApiServer, name: str) -> dict[str, Any]:
     return claim
 
 
+async def claim_made_for(fake: FakeApiServer, backend: KubeBackend, service: SchedulingService, pod: str) -> str:
+    """``play_the_controller`` for ``pod``, then until the service resolves the pod to that claim:
+    its name."""
+    name = play_the_controller(fake, pod)
+    await until(lambda: f"default/{name}" in backend.store.claims and bool(service.cluster.claims(
+        backend.store.pods[f"default/{pod}"], from_templates=False).all))  # fmt: skip
+    return name
+
+
+def assert_undone(fake: FakeApiServer, *names: str) -> None:
+    """Each claim holds no allocation and no finalizer (what a bind wrote to it is undone)."""
+    for name in names:
+        claim = claim_status(fake, name)
+        assert not (claim.get("status") or {}).get("allocation"), name
+        assert not (claim["metadata"].get("finalizers") or []), name
+
+
 @pytest.mark.parametrize("claim_later", [False, True], ids=["claim first", "status first"])
 async def test_a_claim_the_controller_replaced_before_the_binding_gets_the_devices_and_the_pod_binds(
     fake: FakeApiServer, monkeypatch: pytest.MonkeyPatch, claim_later: bool
@@ -239,15 +256,11 @@ async def test_a_claim_the_controller_replaced_before_the_binding_gets_the_devic
     claim's writes are undone, and the pod binds in this attempt (no failed attempt)."""
     backend, service = await stack(fake, **PATIENT)
     try:
-        first = play_the_controller(fake, "p1")
-        await until(lambda: f"default/{first}" in backend.store.claims and service.cluster.claims(
-            backend.store.pods["default/p1"], from_templates=False).all)  # fmt: skip
+        first = await claim_made_for(fake, backend, service, "p1")
         replaced = replace_during_the_writes(fake, backend, monkeypatch, claim_later=claim_later, service=service)
         await service.bind("default", "p1", "uid-p1", "node-1")
         assert replaced["name"] == "p1-t0-fghij" and node_of(fake, "p1") == "node-1"
-        undone = claim_status(fake, first)
-        assert not (undone.get("status") or {}).get("allocation")
-        assert not (undone["metadata"].get("finalizers") or [])  # the finalizer it wrote is gone too
+        assert_undone(fake, first)  # the finalizer it wrote is gone too
         moved = claim_status(fake, "p1-t0-fghij")
         assert moved["status"]["reservedFor"][0]["uid"] == "uid-p1"
         assert allocated_devices(moved) == replaced["devices"] and len(replaced["devices"]) == 1
@@ -271,18 +284,13 @@ async def test_a_failed_write_of_the_replacement_undoes_both_claims(
     next attempt binds with the replacement."""
     backend, service = await stack(fake, **PATIENT)
     try:
-        first = play_the_controller(fake, "p1")
-        await until(lambda: f"default/{first}" in backend.store.claims and service.cluster.claims(
-            backend.store.pods["default/p1"], from_templates=False).all)  # fmt: skip
+        first = await claim_made_for(fake, backend, service, "p1")
         replace_during_the_writes(fake, backend, monkeypatch)
         fake.fail("PUT", r"/resourceclaims/p1-t0-fghij/status$", status=500)
         with pytest.raises(ExtenderError):
             await service.bind("default", "p1", "uid-p1", "node-1")
         assert node_of(fake, "p1") is None and service.stats.replaced_claims.get("moved", 0) == 0
-        for name in (first, "p1-t0-fghij"):
-            claim = claim_status(fake, name)
-            assert not (claim.get("status") or {}).get("allocation"), name
-            assert not (claim["metadata"].get("finalizers") or []), name
+        assert_undone(fake, first, "p1-t0-fghij")
         assert all(e.pod_key != "default/p1" for e in service.ledger)
         await service.bind("default", "p1", "uid-p1", "node-1")  # kube-scheduler's next attempt
         assert claim_status(fake, "p1-t0-fghij")["status"]["reservedFor"][0]["uid"] == "uid-p1"
@@ -299,18 +307,13 @@ async def test_a_binding_refused_after_a_move_undoes_both_claims(
     first's were, and the ledger keeps nothing of the pod."""
     backend, service = await stack(fake, **PATIENT)
     try:
-        first = play_the_controller(fake, "p1")
-        await until(lambda: f"default/{first}" in backend.store.claims and service.cluster.claims(
-            backend.store.pods["default/p1"], from_templates=False).all)  # fmt: skip
+        first = await claim_made_for(fake, backend, service, "p1")
         replace_during_the_writes(fake, backend, monkeypatch)
         fake.fail("POST", r"/pods/p1/binding$", status=409)
         with pytest.raises(ExtenderError):
             await service.bind("default", "p1", "uid-p1", "node-1")
         assert node_of(fake, "p1") is None and service.stats.replaced_claims.get("moved", 0) == 1
-        for name in (first, "p1-t0-fghij"):
-            claim = claim_status(fake, name)
-            assert not (claim.get("status") or {}).get("allocation"), name
-            assert not (claim["metadata"].get("finalizers") or []), name
+        assert_undone(fake, first, "p1-t0-fghij")
         assert all(e.pod_key != "default/p1" for e in service.ledger)
         assert_consistent(fake)
     finally:
@@ -324,18 +327,14 @@ async def test_a_replacement_of_another_spec_is_undone_and_the_next_attempt_bind
     undoes its writes and fails the attempt, and the next attempt allocates the claim now named."""
     backend, service = await stack(fake, **PATIENT)
     try:
-        first = play_the_controller(fake, "p1")
-        await until(lambda: f"default/{first}" in backend.store.claims and service.cluster.claims(
-            backend.store.pods["default/p1"], from_templates=False).all)  # fmt: skip
+        first = await claim_made_for(fake, backend, service, "p1")
         other_spec = m.template("gpu-template")["spec"]["spec"]
         other_spec["devices"]["requests"][0]["name"] = "other"
         replace_during_the_writes(fake, backend, monkeypatch, other_spec)
         with pytest.raises(Transient, match="its status names ResourceClaim p1-t0-fghij"):
             await service.bind("default", "p1", "uid-p1", "node-1")
         assert node_of(fake, "p1") is None and service.stats.replaced_claims.get("moved", 0) == 0
-        undone = claim_status(fake, first)
-        assert not (undone.get("status") or {}).get("allocation")
-        assert not (undone["metadata"].get("finalizers") or [])
+        assert_undone(fake, first)
         await until(lambda: all(e.pod_key != "default/p1" for e in service.ledger))
         await service.bind("default", "p1", "uid-p1", "node-1")  # kube-scheduler's next attempt
         assert claim_status(fake, "p1-t0-fghij")["status"]["reservedFor"][0]["uid"] == "uid-p1"
@@ -350,5 +349,5 @@ def pod_owner(pod: dict[str, Any]) -> list[dict[str, Any]]:
              "controller": True}]  # fmt: skip
 
 
-def _status_names(pod: dict[str, Any]) -> list[str]:
+def status_names(pod: dict[str, Any]) -> list[str]:
     return [s.get("resourceClaimName") for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []]
