@@ -56,7 +56,7 @@ from extender.state.filter.holds import DEFAULT_HOLD_SECONDS, Holds
 from extender.state.filter.prioritize import Prioritizer
 from extender.state.filter.recovery import PostFilter
 from extender.state.filter.rejected import RejectedPods
-from extender.state.filter.verdicts import DuplicateNodes, FilterOutcome, VerdictCache
+from extender.state.filter.verdicts import Candidates, DuplicateNodes, FilterOutcome, VerdictCache
 from extender.state.gangs import Gangs
 from extender.state.preemption.devices import DevicePreemption
 from extender.state.preemption.gangs import GangPreemption
@@ -285,14 +285,16 @@ class SchedulingService:
             self.holds.hold_chosen(claims, outcome.node_names[0], attempt.verdicts)
         if attempt.verdicts is not None and attempt.candidates is not None:
             # the nodes passed are the list kube-scheduler prioritizes next (or the pick scores)
-            self.verdicts.remember_answer(attempt.verdicts, attempt.candidates, outcome.node_names)
+            passed = self.verdicts.remember_answer(attempt.verdicts, attempt.candidates, outcome.node_names)
             if self.filter_picks_node and len(outcome.node_names) > 1:
-                picked = self._picked(attempt, claims, outcome)
+                picked = self._picked(attempt, claims, outcome, passed)
                 if picked is not None:
                     return dataclasses.replace(attempt, outcome=picked)
         return attempt
 
-    def _picked(self, attempt: Attempt, claims: PodClaims, outcome: FilterOutcome) -> FilterOutcome | None:
+    def _picked(
+        self, attempt: Attempt, claims: PodClaims, outcome: FilterOutcome, passed: Candidates | None
+    ) -> FilterOutcome | None:
         """The filter answer naming only the node prioritize would rank first (its devices held
         there, as prioritize holds them), the failed nodes' reasons kept: with one node left,
         kube-scheduler binds there without scoring or asking prioritize (a round trip and a score
@@ -301,7 +303,9 @@ class SchedulingService:
         not of a PodGroup, no classic claim, and a chosen node without a ``PreferNoSchedule`` taint
         the pod does not tolerate. None: the whole answer stands. (A hold is not placed where the
         pod must leave nominated devices alone, ``Holds.hold_chosen``; the node is picked anyway,
-        and the bind decides there with the nomination.)"""
+        and the bind decides there with the nomination.) ``passed``: the answer's nodes as a
+        candidate list (``VerdictCache.remember_answer``), scored with the attempt's own verdicts;
+        None: the pick looks both up."""
         pod = attempt.pod
         if not self.holds.enabled:
             # nothing would reserve the node for the pod: the next pods would be picked onto it
@@ -313,7 +317,8 @@ class SchedulingService:
         def untainted(node: str) -> bool:  # else kube-scheduler's taint score may well choose another
             return all(tolerates_soft_taint(pod, key, value) for key, value in self.store.node(node).soft_taints)
 
-        node = self.prioritizer.pick(pod, claims, outcome.node_names, untainted)
+        known = (passed, attempt.verdicts) if passed is not None and attempt.verdicts is not None else None
+        node = self.prioritizer.pick(pod, claims, outcome.node_names, untainted, known=known)
         if node is None:
             return None
         self.stats.filter_picks += 1

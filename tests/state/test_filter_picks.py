@@ -69,6 +69,54 @@ def test_the_failed_nodes_keep_their_reasons() -> None:
     assert outcome.node_names == ["node-2"] and outcome.failed == {"node-1": CANNOT_ALLOCATE}
 
 
+@pytest.mark.parametrize("full_node", [None, "node-1", "node-2"])
+def test_the_pick_scores_the_filters_own_verdicts_without_looking_them_up_again(full_node: str | None) -> None:
+    """The pick ranks the nodes the filter passed with the verdicts the filter passed them with:
+    one look-up of the list and of its verdicts per filter, and the same node as prioritize over
+    the filter's answer (a full node left out, or none)."""
+    names = ["p", "q", "r", "s"]
+    objects = pods_of(*names, gpus=2, nodes=3)
+    svc, plain = service(objects), service(objects, filter_picks_node=False)
+    for other in (svc, plain):
+        if full_node is not None:  # two pods bound there already: the filter fails it
+            for name in ("r", "s"):
+                asyncio.run(other.bind("default", name, f"uid-{name}", full_node))
+    lookups: list[str] = []
+    for method in ("candidates", "verdicts"):
+        original = getattr(svc.verdicts, method)
+
+        def counted(*args: Any, _original: Any = original, _method: str = method) -> Any:
+            lookups.append(_method)
+            return _original(*args)
+
+        setattr(svc.verdicts, method, counted)
+    outcome = svc.filter(stored_pod(svc, "p"), NODES)
+    assert outcome.picked and lookups == ["candidates", "verdicts"]
+    answer = plain.filter(stored_pod(plain, "p"), NODES)
+    assert answer.node_names == [n for n in NODES if n != full_node]
+    scores = plain.prioritize(stored_pod(plain, "p"), answer.node_names)
+    best = max(scores, key=lambda s: s[1])[0]
+    assert outcome.node_names == [best] and holds(svc) == {"default/p": best}
+
+
+def test_the_answers_candidate_list_is_remembered_once_and_handed_back() -> None:
+    svc = service(pods_of("p", "q", "r", nodes=3, gpus=1), hold_seconds=0)
+    asyncio.run(svc.bind("default", "q", "uid-q", "node-2"))  # node-2 is full for p
+    attempt = svc.attempt(stored_pod(svc, "p"), NODES)
+    assert attempt.verdicts is not None and attempt.candidates is not None
+    answer = attempt.outcome.node_names
+    assert answer == ["node-1", "node-3"]
+    remember = svc.verdicts.remember_answer
+    passed = remember(attempt.verdicts, attempt.candidates, answer)
+    assert passed is not None and passed.names == answer
+    assert remember(attempt.verdicts, attempt.candidates, answer) is passed  # the same answer again
+    assert svc.verdicts.candidates(list(answer)) is passed  # what prioritize over the answer finds
+    whole = svc.attempt(stored_pod(svc, "r"), ["node-1", "node-3"])
+    assert whole.verdicts is not None and whole.candidates is not None
+    assert remember(whole.verdicts, whole.candidates, whole.outcome.node_names) is whole.candidates
+    assert remember(attempt.verdicts, attempt.candidates, ["node-1"]) is None  # one node: not prioritized
+
+
 def test_a_bind_to_the_picked_node_finds_its_hold() -> None:
     svc = service(pods_of("p"))
     (node,) = svc.filter(stored_pod(svc, "p"), NODES).node_names

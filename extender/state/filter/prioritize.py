@@ -15,9 +15,10 @@ from extender.core.errors import PodUnschedulable
 from extender.core.scoring import TOPOLOGY, ScoringPolicy, scores_by_value
 from extender.state.cache.claims import PodClaims
 from extender.state.cache.cluster import ClusterView
+from extender.state.cache.fit_cache import ShapeVerdicts
 from extender.state.cache.pods import pod_annotations, pod_uid
 from extender.state.filter.holds import Holds, one_best
-from extender.state.filter.verdicts import DuplicateNodes, VerdictCache
+from extender.state.filter.verdicts import Candidates, DuplicateNodes, VerdictCache
 
 __all__ = ["Prioritizer"]
 
@@ -46,18 +47,26 @@ class Prioritizer:
         return self._scored(claims, self.policy_for(pod), node_names)
 
     def pick(
-        self, pod: Mapping[str, Any], claims: PodClaims, node_names: Sequence[str], accept: Callable[[str], bool]
+        self,
+        pod: Mapping[str, Any],
+        claims: PodClaims,
+        node_names: Sequence[str],
+        accept: Callable[[str], bool],
+        *,
+        known: tuple[Candidates, ShapeVerdicts] | None = None,
     ) -> str | None:
         """The node prioritize would rank first among ``node_names`` (nodes the filter passed), if
         ``accept`` accepts it, with the pod's devices there held as prioritize holds them; None when
         there is none to name (no claim to allocate, a pod annotation's policy that does not parse,
         a node listed twice: prioritize answers those) or it is not accepted. The service's
-        ``filter_picks_node`` answers the filter with it alone."""
+        ``filter_picks_node`` answers the filter with it alone, and gives ``known``: ``node_names``
+        as a candidate list, and the verdicts the filter passed them with (a second look-up of
+        both cost about as much as the scores)."""
         if not claims.to_allocate:
             return None
         try:
             policy = self.policy_for(pod)
-            names, _, best = self._ranked(claims, policy, node_names, choose=True, accept=accept)
+            names, _, best = self._ranked(claims, policy, node_names, choose=True, accept=accept, known=known)
         except (PodUnschedulable, DuplicateNodes):
             return None  # the whole answer; prioritize then answers as it always has
         return names[best] if best is not None else None
@@ -76,13 +85,17 @@ class Prioritizer:
         *,
         choose: bool,
         accept: Callable[[str], bool] | None = None,
+        known: tuple[Candidates, ShapeVerdicts] | None = None,
     ) -> tuple[Sequence[str], list[int], int | None]:
         """The scores and, with ``choose``, the index of the one best node (``one_best``: the
         scores make it the only best), where the pod's devices are held when holds are on; None
         when nothing is chosen, the pod fits on none of them, has nothing to allocate, or
-        ``accept`` refuses the best node."""
-        candidates = self.verdicts.candidates(node_names)
-        verdicts = self.verdicts.verdicts(claims, candidates)
+        ``accept`` refuses the best node. ``known``: the candidate list and verdicts to use (``pick``)."""
+        if known is not None:
+            candidates, verdicts = known
+        else:
+            candidates = self.verdicts.candidates(node_names)
+            verdicts = self.verdicts.verdicts(claims, candidates)
         attribute = policy.topology_attribute if policy.weights.get(TOPOLOGY) else None
         codes = self.verdicts.score_codes(verdicts, candidates, attribute)
         values = verdicts.values

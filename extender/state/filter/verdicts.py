@@ -12,7 +12,7 @@ memos and score columns, over ``state/cache/fit_cache.py``'s remembered verdicts
 - ``score_codes(verdicts, candidates, attribute)``: per candidate the code of its raw scores, kept
   per candidate list and patched with the nodes dropped since;
 - ``remember_answer(verdicts, candidates, answer)``: a filter's answer, when it left nodes out, as
-  the candidate list prioritize will be asked about next.
+  the candidate list prioritize will be asked about next (returned: the filter's pick scores it).
 
 docs/performance.md ("what dominates each curve") says why each of these exists.
 """
@@ -95,8 +95,9 @@ class VerdictCache:
         # Part of every pod shape key: a tuple hashes in C, the frozen dataclass in Python.
         self._features_key = astuple(features)
         self._recent: dict[str, Candidates] = {}
-        # Candidate list serial -> the last filter answer registered for it (``remember_answer``)
-        self._registered: dict[int, Sequence[str]] = {}
+        # Candidate list serial -> the last filter answer registered for it and the answer's own
+        # candidate list (``remember_answer``)
+        self._registered: dict[int, tuple[Sequence[str], Candidates]] = {}
 
     # --- candidate lists -----------------------------------------------------------------------
 
@@ -127,9 +128,13 @@ class VerdictCache:
             remember(recent, joined, entry)
         return entry
 
-    def remember_answer(self, verdicts: ShapeVerdicts, candidates: Candidates, answer: Sequence[str]) -> None:
+    def remember_answer(
+        self, verdicts: ShapeVerdicts, candidates: Candidates, answer: Sequence[str]
+    ) -> Candidates | None:
         """The filter's answer (``answer``: some of ``candidates``' names, in their order) as a
-        candidate list of its own, covered where ``candidates`` is.
+        candidate list of its own, covered where ``candidates`` is; returned, so that the filter's
+        pick (``Prioritizer.pick``) scores it without looking it up again. None where the answer is
+        not remembered.
 
         kube-scheduler asks prioritize about exactly the nodes the filter passed, in the order the
         filter gave them. When it samples (``percentageOfNodesToScore``) its lists rarely repeat,
@@ -138,25 +143,30 @@ class VerdictCache:
         lack a verdict). Remembered here it is found by its joined names, and the nodes the filter
         saw with verdicts need no second look.
 
-        Not for one node (kube-scheduler does not prioritize a single feasible node), nor for the
-        filter's own list (remembered as it is), nor again for the answer object registered last
-        for this list (the filter answers the same object while nothing changed)."""
-        if len(answer) < 2 or len(answer) == len(candidates.names):
-            return
-        if self._registered.get(candidates.serial) is answer:
-            return
+        Not for one node (kube-scheduler does not prioritize a single feasible node); the filter's
+        own list (an answer that left no node out) is remembered as it is, and returned; the answer
+        object registered last for this list (the filter answers the same object while nothing
+        changed) is not registered again, and its list is returned."""
+        if len(answer) < 2:
+            return None
+        if len(answer) == len(candidates.names):
+            return candidates
+        registered = self._registered.get(candidates.serial)
+        if registered is not None and registered[0] is answer:
+            return registered[1]
         mark = verdicts.covered_at(candidates.serial)
         if mark is None:
-            return  # verdicts of this request only (a shape not remembered, a search that paused)
+            return None  # verdicts of this request only (a shape not remembered, a search that paused)
         joined = _SEPARATOR.join(answer)
         if not _joins_one_list(joined, len(answer)):
-            return
-        remember(self._registered, candidates.serial, answer)
-        if joined in self._recent:
-            return
-        entry = Candidates(list(answer))
+            return None
+        entry = self._recent.get(joined)
+        if entry is None or len(entry.names) != len(answer):
+            entry = Candidates(list(answer))
+            remember(self._recent, joined, entry)
         verdicts.mark_covered(entry.serial, mark)
-        remember(self._recent, joined, entry)
+        remember(self._registered, candidates.serial, (answer, entry))
+        return entry
 
     # --- verdicts ------------------------------------------------------------------------------
 
