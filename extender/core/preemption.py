@@ -33,6 +33,7 @@ __all__ = [
     "Plan",
     "Victim",
     "VictimUnit",
+    "being_freed",
     "better_plan",
     "by_importance",
     "choose_units",
@@ -89,6 +90,16 @@ def released(
         elif owners.get(key) in removed:
             freed.add(key)
     return freed
+
+
+def being_freed(claim: ResourceClaim | None, present: Collection[str]) -> bool:
+    """Whether ``claim``, one a preemption's victims held, is still to be deallocated: allocated,
+    and none of its consumers among the pods ``present`` (UIDs; the resourceclaim controller has
+    yet to drop them). A claim that a running pod reserved since stays allocated for that pod: it
+    is not coming back, and waiting for it would last until the nomination ends."""
+    if claim is None or claim.allocation is None:
+        return False
+    return all(ref.uid not in present for ref in claim.reserved_for)
 
 
 def choose_victims(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from extender.core.model import AllocationResult, ConsumerRef, DeviceResult, ResourceClaim
-from extender.core.preemption import Plan, Victim, better_plan, released
+from extender.core.preemption import Plan, Victim, being_freed, better_plan, released
 
 
 def claim(key: str, *consumers: ConsumerRef, admin: bool = False) -> ResourceClaim:
@@ -51,6 +51,21 @@ def test_which_claims_removing_pods_frees(key: str, freed: bool) -> None:
 
 def test_a_victim_must_be_removed_for_its_claims_to_be_freed() -> None:
     assert released({"b"}, CLAIMS, OWNERS, CLAIMS) == set()
+
+
+@pytest.mark.parametrize(
+    ("key", "present", "waited_for"),
+    [
+        ("ns/own", set(), True),  # its consumer gone, the controller has yet to deallocate it
+        ("ns/shared-out", {"vip"}, False),  # a running pod reserved it since: it stays allocated
+        ("ns/shared-in", {"b"}, False),
+        ("ns/nobody", set(), True),  # allocated, reserved for nobody: deallocation is next
+        ("ns/unallocated", set(), False),  # deallocated already
+        ("ns/deleted", set(), False),  # gone with its pod
+    ],
+)
+def test_which_freed_claims_a_preemptor_waits_for(key: str, present: set[str], waited_for: bool) -> None:
+    assert being_freed(CLAIMS.get(key), present) is waited_for
 
 
 def test_plans_are_ranked_as_kube_scheduler_ranks_nodes() -> None:

@@ -46,6 +46,7 @@ from extender.core.model import AllocatedState, AllocationResult
 from extender.core.preemption import (
     Plan,
     Victim,
+    being_freed,
     better_plan,
     by_importance,
     choose_victims,
@@ -219,8 +220,7 @@ class DevicePreemption:
         if left:
             failed = {**outcome.failed, nomination.node: f"{WAITING_FOR_VICTIMS} ({len(left)} of them still there)"}
             return FilterOutcome([], failed=failed, unresolvable=dict(outcome.unresolvable))
-        allocated = [k for k in nomination.freed if (c := self.store.claims.get(k)) is not None and c.allocation]
-        if allocated:
+        if any(being_freed(self.store.claims.get(key), present) for key in nomination.freed):
             return FilterOutcome(
                 [], error=f"waiting for devices of preempted pods on node {nomination.node} to be deallocated"
             )

@@ -49,7 +49,14 @@ from extender.core.errors import ExtenderError
 from extender.core.gangplan import GangPlan
 from extender.core.model import ResourceClaim
 from extender.core.podgroups import PodGroup
-from extender.core.preemption import VictimUnit, by_importance, choose_units, protected_victims, released
+from extender.core.preemption import (
+    VictimUnit,
+    being_freed,
+    by_importance,
+    choose_units,
+    protected_victims,
+    released,
+)
 from extender.state import cooperative
 from extender.state.cache.nominations import HARD_LIFETIME_FACTOR, Nomination, nomination_lifetime
 from extender.state.cache.pods import deleting, finished, nominated_node, pod_group_name, pod_priority, pod_uid
@@ -145,7 +152,7 @@ class GangPreemption:
                 return FilterOutcome([], error=text)  # the pass backs off: so does the wait
             return FilterOutcome([], failed=dict.fromkeys(node_names, text), unresolvable=dict(outcome.unresolvable))
         freed = {key for n in standing for key in n.freed}
-        if any(self._being_freed(key, present) for key in freed):
+        if any(being_freed(self.store.claims.get(key), present) for key in freed):
             return FilterOutcome(
                 [], error=f"waiting for devices of preempted pods to be deallocated for gang {group.key}"
             )
@@ -161,15 +168,6 @@ class GangPreemption:
         for nomination in standing:
             self.nominations.drop(nomination.pod_uid)
         return outcome
-
-    def _being_freed(self, key: str, present: Collection[str]) -> bool:
-        """Whether a claim a victim held is still allocated with no consumer left (the
-        resourceclaim controller has yet to deallocate it); one a running pod took since is not
-        coming back."""
-        claim = self.store.claims.get(key)
-        if claim is None or claim.allocation is None:
-            return False
-        return all(ref.uid not in present for ref in claim.reserved_for)
 
     async def _preempt(
         self, group: PodGroup, open_pass: GangPass, node_names: Sequence[str], outcome: FilterOutcome

@@ -91,6 +91,33 @@ async def test_evict_wait_for_the_controller_then_bind(fake: FakeApiServer) -> N
     await service.backend.stop()
 
 
+async def test_a_freed_claim_a_running_pod_took_since_is_not_waited_for(fake: FakeApiServer) -> None:
+    """The victim is gone and, before the controller deallocated its claim, another pod sharing that
+    claim was bound and reserved it: the claim stays allocated for good. The preemptor does not
+    wait for a deallocation that will never come (until its nomination's lifetime ends): its
+    nomination goes, and its next attempt preempts anew."""
+    service = await low_cluster(fake, m.claim("hc"), running("high", 1000, "hc"))
+    first = await filter_pod(fake, service, "high")
+    [node] = [n for n, r in first.failed.items() if r.startswith(WAITING_FOR_VICTIMS)]
+    [eviction] = [r for r in fake.requests if r.path.endswith("/eviction")]
+    victim = eviction.path.split("/")[-2]
+    claim = f"lc{victim.split('-')[1]}"
+    await eventually(lambda: f"default/{victim}" not in service.store.pods)
+    waiting = await filter_pod(fake, service, "high")
+    assert waiting.error == f"waiting for devices of preempted pods on node {node} to be deallocated"
+    fake.put_object(running("taker", 100, claim))
+    await eventually(lambda: "default/taker" in service.store.pods)
+    await service.bind("default", "taker", "uid-taker", node)  # it reserves the allocated claim
+    await eventually(lambda: "uid-taker" in {r.uid for r in service.store.claims[f"default/{claim}"].reserved_for})
+    again = await filter_pod(fake, service, "high")
+    assert not again.error.endswith("to be deallocated")
+    assert "uid-high" not in service.cluster.nominations.by_uid
+    anew = await filter_pod(fake, service, "high")
+    assert any(r.startswith(WAITING_FOR_VICTIMS) for r in anew.failed.values())
+    assert len([r for r in fake.requests if r.path.endswith("/eviction")]) == 2
+    await service.backend.stop()
+
+
 async def test_a_disruption_budget_makes_the_choice_fall_on_another_pod(fake: FakeApiServer) -> None:
     protected = [budget(f"low-{i}", 0) for i in (1, 2, 3)]
     service = await low_cluster(fake, m.claim("hc"), running("high", 1000, "hc"), *protected)
