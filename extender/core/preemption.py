@@ -92,14 +92,16 @@ def released(
     return freed
 
 
-def being_freed(claim: ResourceClaim | None, present: Collection[str]) -> bool:
+def being_freed(claim: ResourceClaim | None, holding: Collection[str]) -> bool:
     """Whether ``claim``, one a preemption's victims held, is still to be deallocated: allocated,
-    and none of its consumers among the pods ``present`` (UIDs; the resourceclaim controller has
-    yet to drop them). A claim that a running pod reserved since stays allocated for that pod: it
-    is not coming back, and waiting for it would last until the nomination ends."""
+    and none of its consumers a holder: a pod in ``holding`` (the UIDs of pods that keep their
+    claims: not deleted, not finished), or anything but a pod (a PodGroup). The resourceclaim
+    controller has yet to drop the others. A claim that a running pod (or a PodGroup) reserved
+    since stays allocated for it: it is not coming back, and waiting for it would last until the
+    nomination ends."""
     if claim is None or claim.allocation is None:
         return False
-    return all(ref.uid not in present for ref in claim.reserved_for)
+    return all(ref.resource == "pods" and not ref.api_group and ref.uid not in holding for ref in claim.reserved_for)
 
 
 def choose_victims(

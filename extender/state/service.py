@@ -304,8 +304,8 @@ class SchedulingService:
         the pod does not tolerate. None: the whole answer stands. (A hold is not placed where the
         pod must leave nominated devices alone, ``Holds.hold_chosen``; the node is picked anyway,
         and the bind decides there with the nomination.) ``passed``: the answer's nodes as a
-        candidate list (``VerdictCache.remember_answer``), scored with the attempt's own verdicts;
-        None: the pick looks both up."""
+        candidate list (``VerdictCache.remember_answer``), scored with the attempt's own verdicts
+        unless some went stale while its search paused; None: the pick looks both up."""
         pod = attempt.pod
         if not self.holds.enabled:
             # nothing would reserve the node for the pod: the next pods would be picked onto it
@@ -317,7 +317,9 @@ class SchedulingService:
         def untainted(node: str) -> bool:  # else kube-scheduler's taint score may well choose another
             return all(tolerates_soft_taint(pod, key, value) for key, value in self.store.node(node).soft_taints)
 
-        known = (passed, attempt.verdicts) if passed is not None and attempt.verdicts is not None else None
+        verdicts = attempt.verdicts
+        # a search that paused saw some nodes change meanwhile (``stale``): the pick looks them up again
+        known = (passed, verdicts) if passed is not None and verdicts is not None and not verdicts.stale else None
         node = self.prioritizer.pick(pod, claims, outcome.node_names, untainted, known=known)
         if node is None:
             return None

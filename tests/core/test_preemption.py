@@ -54,18 +54,21 @@ def test_a_victim_must_be_removed_for_its_claims_to_be_freed() -> None:
 
 
 @pytest.mark.parametrize(
-    ("key", "present", "waited_for"),
+    ("key", "holding", "waited_for"),
     [
         ("ns/own", set(), True),  # its consumer gone, the controller has yet to deallocate it
+        ("ns/own", {"b", "vip"}, True),  # other pods hold on to their claims: not to this one
+        ("ns/shared-in", {"x"}, True),
         ("ns/shared-out", {"vip"}, False),  # a running pod reserved it since: it stays allocated
         ("ns/shared-in", {"b"}, False),
+        ("ns/group", set(), False),  # reserved for a PodGroup: it stays allocated for the group
         ("ns/nobody", set(), True),  # allocated, reserved for nobody: deallocation is next
         ("ns/unallocated", set(), False),  # deallocated already
         ("ns/deleted", set(), False),  # gone with its pod
     ],
 )
-def test_which_freed_claims_a_preemptor_waits_for(key: str, present: set[str], waited_for: bool) -> None:
-    assert being_freed(CLAIMS.get(key), present) is waited_for
+def test_which_freed_claims_a_preemptor_waits_for(key: str, holding: set[str], waited_for: bool) -> None:
+    assert being_freed(CLAIMS.get(key), holding) is waited_for
 
 
 def test_plans_are_ranked_as_kube_scheduler_ranks_nodes() -> None:

@@ -99,6 +99,31 @@ def test_the_pick_scores_the_filters_own_verdicts_without_looking_them_up_again(
     assert outcome.node_names == [best] and holds(svc) == {"default/p": best}
 
 
+def test_verdicts_that_went_stale_during_the_decision_are_looked_up_again_for_the_pick() -> None:
+    """A search that paused answers from a table of its own whose changed nodes are ``stale``: the
+    pick then looks the list and the verdicts up again, as prioritize would."""
+    svc = service(pods_of("p"))
+    decide = svc.attempts.decide
+
+    def paused(pod: Any, node_names: Any) -> Any:
+        attempt = decide(pod, node_names)
+        attempt.verdicts.stale = frozenset({"node-3"})  # as ``_answered_once`` marks a changed node
+        return attempt
+
+    svc.attempts.decide = paused  # type: ignore[method-assign]
+    lookups: list[str] = []
+    for method in ("candidates", "verdicts"):
+        original = getattr(svc.verdicts, method)
+
+        def counted(*args: Any, _original: Any = original, _method: str = method) -> Any:
+            lookups.append(_method)
+            return _original(*args)
+
+        setattr(svc.verdicts, method, counted)
+    outcome = svc.filter(stored_pod(svc, "p"), NODES)
+    assert outcome.picked and lookups == ["candidates", "verdicts", "candidates", "verdicts"]
+
+
 def test_the_answers_candidate_list_is_remembered_once_and_handed_back() -> None:
     svc = service(pods_of("p", "q", "r", nodes=3, gpus=1), hold_seconds=0)
     asyncio.run(svc.bind("default", "q", "uid-q", "node-2"))  # node-2 is full for p

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.errors import ApiUnavailable, PodUnschedulable
 from extender.core.preemption import Victim, choose_victims
-from extender.state.preemption.devices import MAX_REFUSALS, WAITING_FOR_VICTIMS
+from extender.state.preemption.devices import MAX_REFUSALS, WAITING_FOR_VICTIMS, holding_pods
 from extender.state.service import SchedulingService
 from extender.views.debug import DebugViews
 from tests import manifests as m
@@ -442,3 +442,12 @@ async def test_a_victim_whose_eviction_failed_is_not_waited_for() -> None:
     assert len(nomination.victims) == 1 and len(c.pods()) == 4
     await c.filter("high")  # the one victim is gone, the pod does not fit: the plan is stale
     assert "uid-high" not in c.service.cluster.nominations.by_uid and len(c.pods()) == 4
+
+
+def test_pods_deleted_or_finished_do_not_hold_their_claims() -> None:
+    running = prio_pod("running", 1)
+    done = prio_pod("done", 1)
+    done["status"] = {"phase": "Succeeded"}
+    going = prio_pod("going", 1)
+    going["metadata"]["deletionTimestamp"] = "2026-12-03T20:00:00Z"
+    assert holding_pods([running, done, going]) == {"uid-running"}

@@ -75,6 +75,7 @@ __all__ = [
     "ClusterIndex",
     "DevicePreemption",
     "PreemptionStats",
+    "holding_pods",
 ]
 
 log = structlog.get_logger()
@@ -220,7 +221,8 @@ class DevicePreemption:
         if left:
             failed = {**outcome.failed, nomination.node: f"{WAITING_FOR_VICTIMS} ({len(left)} of them still there)"}
             return FilterOutcome([], failed=failed, unresolvable=dict(outcome.unresolvable))
-        if any(being_freed(self.store.claims.get(key), present) for key in nomination.freed):
+        holding = holding_pods(self.store.pods.values())
+        if any(being_freed(self.store.claims.get(key), holding) for key in nomination.freed):
             return FilterOutcome(
                 [], error=f"waiting for devices of preempted pods on node {nomination.node} to be deallocated"
             )
@@ -525,6 +527,12 @@ class ClusterIndex:
         grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
         grace_seconds = float(grace) if isinstance(grace, int) and not isinstance(grace, bool) else 30.0
         return Victim(namespace, name, uid, pod_priority(pod), start_time(pod), keys, grace_seconds)
+
+
+def holding_pods(pods: Iterable[Mapping[str, Any]]) -> set[str]:
+    """The UIDs of the pods that keep their claims: neither deleted nor finished (the others' claims
+    are on their way back, as ``ClusterIndex`` counts them)."""
+    return {pod_uid(pod) for pod in pods if not deleting(pod) and not finished(pod)}
 
 
 def _keys(victims: Iterable[Victim]) -> set[str]:

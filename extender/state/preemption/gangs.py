@@ -62,7 +62,13 @@ from extender.state.cache.nominations import HARD_LIFETIME_FACTOR, Nomination, n
 from extender.state.cache.pods import deleting, finished, nominated_node, pod_group_name, pod_priority, pod_uid
 from extender.state.filter.gangs import GangFilter, GangPass
 from extender.state.filter.verdicts import FilterOutcome
-from extender.state.preemption.devices import MAX_REFUSALS, WAITING_FOR_VICTIMS, ClusterIndex, DevicePreemption
+from extender.state.preemption.devices import (
+    MAX_REFUSALS,
+    WAITING_FOR_VICTIMS,
+    ClusterIndex,
+    DevicePreemption,
+    holding_pods,
+)
 
 __all__ = ["GANG_CHOICE_SECONDS", "MAX_GANG_UNITS", "REPRIEVE_ALL_UNITS", "GangPreemption"]
 
@@ -152,7 +158,8 @@ class GangPreemption:
                 return FilterOutcome([], error=text)  # the pass backs off: so does the wait
             return FilterOutcome([], failed=dict.fromkeys(node_names, text), unresolvable=dict(outcome.unresolvable))
         freed = {key for n in standing for key in n.freed}
-        if any(being_freed(self.store.claims.get(key), present) for key in freed):
+        holding = holding_pods(self.store.pods.values())
+        if any(being_freed(self.store.claims.get(key), holding) for key in freed):
             return FilterOutcome(
                 [], error=f"waiting for devices of preempted pods to be deallocated for gang {group.key}"
             )
