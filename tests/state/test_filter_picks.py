@@ -47,6 +47,20 @@ def stored_pod(svc: SchedulingService, name: str) -> dict[str, Any]:
     return found
 
 
+def counted_lookups(svc: SchedulingService) -> list[str]:
+    """The service's candidate-list and verdict look-ups from now on, in order, by method name."""
+    lookups: list[str] = []
+    for method in ("candidates", "verdicts"):
+        original = getattr(svc.verdicts, method)
+
+        def counted(*args: Any, _original: Any = original, _method: str = method) -> Any:
+            lookups.append(_method)
+            return _original(*args)
+
+        setattr(svc.verdicts, method, counted)
+    return lookups
+
+
 def test_the_filter_names_the_node_prioritize_ranks_first_and_holds_it() -> None:
     objects = pods_of("p", "q", "r")
     svc = service(objects)
@@ -81,15 +95,7 @@ def test_the_pick_scores_the_filters_own_verdicts_without_looking_them_up_again(
         if full_node is not None:  # two pods bound there already: the filter fails it
             for name in ("r", "s"):
                 asyncio.run(other.bind("default", name, f"uid-{name}", full_node))
-    lookups: list[str] = []
-    for method in ("candidates", "verdicts"):
-        original = getattr(svc.verdicts, method)
-
-        def counted(*args: Any, _original: Any = original, _method: str = method) -> Any:
-            lookups.append(_method)
-            return _original(*args)
-
-        setattr(svc.verdicts, method, counted)
+    lookups = counted_lookups(svc)
     outcome = svc.filter(stored_pod(svc, "p"), NODES)
     assert outcome.picked and lookups == ["candidates", "verdicts"]
     answer = plain.filter(stored_pod(plain, "p"), NODES)
@@ -111,15 +117,7 @@ def test_verdicts_that_went_stale_during_the_decision_are_looked_up_again_for_th
         return attempt
 
     svc.attempts.decide = paused  # type: ignore[method-assign]
-    lookups: list[str] = []
-    for method in ("candidates", "verdicts"):
-        original = getattr(svc.verdicts, method)
-
-        def counted(*args: Any, _original: Any = original, _method: str = method) -> Any:
-            lookups.append(_method)
-            return _original(*args)
-
-        setattr(svc.verdicts, method, counted)
+    lookups = counted_lookups(svc)
     outcome = svc.filter(stored_pod(svc, "p"), NODES)
     assert outcome.picked and lookups == ["candidates", "verdicts", "candidates", "verdicts"]
 

@@ -160,8 +160,8 @@ class VerdictCache:
         joined = _SEPARATOR.join(answer)
         if not _joins_one_list(joined, len(answer)):
             return None
-        entry = self._recent.get(joined)
-        if entry is None or len(entry.names) != len(answer):
+        entry = self._recent.get(joined)  # the same names: no name holds the separator
+        if entry is None:
             entry = Candidates(list(answer))
             remember(self._recent, joined, entry)
         verdicts.mark_covered(entry.serial, mark)
