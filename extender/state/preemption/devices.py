@@ -496,9 +496,7 @@ class ClusterIndex:
                 continue
             for ref in claim.reserved_for:
                 self.claims_of.setdefault(ref.uid, []).append(key)
-            if claim.reserved_for and all(
-                ref.resource == "pods" and ref.uid not in present for ref in claim.reserved_for
-            ):
+            if claim.reserved_for and being_freed(claim, present):
                 self.gone_claims.add(key)
             if not claim.reserved_for:
                 for ref in (store.raw_claims.get(key) or {}).get("metadata", {}).get("ownerReferences") or ():
