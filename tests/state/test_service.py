@@ -17,6 +17,7 @@ import pytest
 from extender.backends.embedded import EmbeddedBackend
 from extender.core.answers import CANNOT_ALLOCATE, NO_CLASS_DEVICES, NOT_AVAILABLE
 from extender.core.errors import DoesNotFit, ExtenderError, WriteConflict
+from extender.core.model import AllocationResult, DeviceResult
 from extender.state.cache import cluster as cluster_module
 from extender.state.service import DELETE_PROTECTION_FINALIZER, SchedulingService
 from extender.views.debug import DebugViews
@@ -28,6 +29,9 @@ def service(objects: list[dict[str, Any]], **options: Any) -> SchedulingService:
 
 
 NODES = ["node-1", "node-2"]
+ALLOCATION_ON_NODE_2 = AllocationResult(
+    devices=(DeviceResult(request="gpus", driver="gpu.example.com", pool="node-2", device="gpu-0"),)
+)
 
 
 def test_pod_without_claims_passes_every_node() -> None:
@@ -135,6 +139,29 @@ async def test_concurrent_binds_never_hand_out_a_device_twice() -> None:
         else:
             assert not (raw or {}).get("status", {}).get("reservedFor")
     assert len(devices) == 50 and len(set(devices)) == 50
+    assert len(svc.ledger) == 0
+
+
+async def test_a_bind_settles_its_own_ledger_entries_and_leaves_the_others_to_refresh() -> None:
+    """After its writes a bind drops its own entries (the store shows them allocated), looking at
+    no other bind's: with hundreds in flight, a look at all of them per bind cost each bind time
+    in proportion to the others. ``ClusterView.refresh``, before every decision, settles theirs."""
+    svc = service(cluster(claim("c1"), claim("c2"), pod("a", "c1"), pod("b", "c2")))
+    other = svc.store.claims["default/c2"]
+    svc.ledger.add(claim=other, pod_key="default/b", pod_uid="uid-b", node="node-2", result=ALLOCATION_ON_NODE_2)
+    svc.cluster.refresh()  # looked at once: c2 is not allocated, so the entry stays in flight
+
+    async def recreate_c2(_operation: str) -> None:
+        # after a's decision (whose refresh looks at every changed claim), before its end
+        raw = copy.deepcopy(svc.store.raw_claims["default/c2"])
+        raw["metadata"]["uid"] = "re-created"  # the store now shows another claim of that name
+        svc.store.upsert(raw)
+
+    svc.backend.faults.hook("bind_pod", recreate_c2)  # type: ignore[attr-defined]
+    await svc.bind("default", "a", "uid-a", "node-1")
+    assert svc.ledger.get("default/c1") is None  # the bind's own entry: settled by the bind
+    assert svc.ledger.get("default/c2") is not None  # another bind's: left to the next refresh
+    svc.cluster.refresh()
     assert len(svc.ledger) == 0
 
 

@@ -301,8 +301,13 @@ class Binder:
             self.binding.discard(actual_uid)
             if gang is not None and self.barrier is not None:
                 self.barrier.finished(gang, actual_uid)
-        # Entries leave the ledger once the store shows the allocations (reconcile).
-        self.ledger.reconcile(self.store.claims, unreadable=self.store.invalid_claims)
+        # This bind's entries leave the ledger now that the store shows its writes (reconcile);
+        # only its own claims (and entries added since the last look) are looked at: hundreds of
+        # other binds may be in flight, and ``ClusterView.refresh`` settles theirs before every
+        # decision.
+        self.ledger.reconcile(
+            self.store.claims, unreadable=self.store.invalid_claims, changed=[c.key for c in decision.claims.all]
+        )
         self.replaced.bound(decision.pod, decision.node, decision.claims)
         self.cluster.nominations.drop(actual_uid)  # a preemptor's wait is over
         await self._end_negotiation(decision.pod, deadline)
