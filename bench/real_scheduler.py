@@ -260,12 +260,21 @@ def scheduler_breakdown(samples: dict[str, float]) -> tuple[dict[str, float], di
 #: The extender's counters a run reports, by the name the bench gives them.
 EXTENDER_COUNTERS = {
     "filter picks": "dra_extender_filter_picks_total",
+    "holds that expired before their bind": 'dra_extender_holds_total{outcome="expired"}',
+    "holds moved by their bind to another node": 'dra_extender_holds_total{outcome="moved"}',
     "binds that waited for a claim": "dra_extender_bind_claim_waits_total",
     "of which kept their decision": "dra_extender_bind_claim_decisions_kept_total",
     "claims the controller replaced, moved by their bind": 'dra_extender_replaced_claims_total{outcome="moved"}',
     "moved after the binding": 'dra_extender_replaced_claims_total{outcome="moved_after_binding"}',
     "moves that failed": 'dra_extender_replaced_claims_total{outcome="failed"}',
 }
+
+
+#: The connections kube-scheduler opened to the extender during a run (``dra_extender_http_connections_total``
+#: at the end less at the start, less the bench's own scrape): one per request beyond the two idle
+#: connections its transport keeps (``bench/connections.py``).
+CONNECTIONS_OPENED = "connections kube-scheduler opened to the extender"
+CONNECTIONS_METRIC = "dra_extender_http_connections_total"
 
 
 def extender_counts(samples: dict[str, float]) -> dict[str, float]:
@@ -775,17 +784,22 @@ class Bench(AdminPlane):
             process = self.plane.start_scheduler(config, name=name)
             return (lambda: self.plane.stop_scheduler(name)), {"kube-scheduler": process.popen.pid}, None
         started = time.monotonic()
+        tls = extender_tls(config_spec, self.plane.logs / f"tls-{name}")
         extender = Extender(
             self.deployment.kubeconfig,
             self.plane.logs / f"dra-extender-{name}.log",
-            args=["--log-level", "info", *extender_overlay_args(config_spec)],
+            args=["--log-level", "info", *extender_overlay_args(config_spec), *(tls.server_args if tls else ())],
             root=extender_root(),
+            tls=tls.client_context() if tls else None,
         ).start(timeout=CLEANUP_TIMEOUT)
         assert self.setup is not None
         self.setup.extender_start_s.append(round(time.monotonic() - started, 1))
         config = extender_scheduler_config(config_spec)
         (only,) = config["extenders"]
         only["urlPrefix"] = extender.url + "/"
+        if tls is not None:
+            only["enableHTTPS"] = True
+            only["tlsConfig"] = tls.scheduler_tls_config
         config["leaderElection"] = {"leaderElect": False}  # one replica; the extender follows no Lease
         config["clientConnection"] = {"kubeconfig": str(self.deployment.kubeconfig), "qps": 1000, "burst": 2000}
         try:
@@ -849,6 +863,12 @@ class Bench(AdminPlane):
             }
             before: dict[str, float] = {}
             marks: dict[str, float] = {}
+            # the extender's connections so far (the harness's readiness polls, this scrape)
+            connections_before = (
+                parse_metrics(_http_text(extender.url + "/metrics", extender.tls)).get(CONNECTIONS_METRIC, 0.0)
+                if extender is not None
+                else 0.0
+            )
 
             def on_start() -> None:
                 marks["load"] = _loadavg()
@@ -870,8 +890,10 @@ class Bench(AdminPlane):
             errors: dict[str, float] = {}
             counts: dict[str, float] = {}
             if extender is not None:
-                extender_samples = parse_metrics(_http_text(extender.url + "/metrics"))
+                extender_samples = parse_metrics(_http_text(extender.url + "/metrics", extender.tls))
                 counts = extender_counts(extender_samples)
+                if CONNECTIONS_METRIC in extender_samples:  # less this scrape's own connection
+                    counts[CONNECTIONS_OPENED] = extender_samples[CONNECTIONS_METRIC] - connections_before - 1
                 for verb in ("filter", "prioritize", "bind", "preempt"):
                     mean = histogram_mean_ms(extender_samples, "dra_extender_request_duration_seconds", verb=verb)
                     if mean:
@@ -954,7 +976,9 @@ def extender_scheduler_config(spec: str) -> dict[str, Any]:
     or another kustomization under ``deploy/``), then the overrides after a colon, comma separated:
     ``pct=N`` (``percentageOfNodesToScore``), ``scores=none`` (every in-tree PreScore and Score plugin
     off), ``weight=N`` (the extender's), ``picks=off`` (the extender without ``--filter-picks-node``:
-    ``extender_overlay_args``). Raises ValueError naming a bad spec."""
+    ``extender_overlay_args``), ``tls=rsa`` or ``tls=ec`` (the extender served with mutual TLS, as
+    ``deploy/tls`` configures it, certificates of that key type: ``extender_tls``; set on the
+    configuration when the run starts). Raises ValueError naming a bad spec."""
     from tests.deploy.render import DEPLOY, render, scheduler_config
 
     overlay, _, overrides = spec.partition(":")
@@ -974,13 +998,63 @@ def extender_scheduler_config(spec: str) -> dict[str, Any]:
                 plugins.setdefault(point, {})["disabled"] = [{"name": "*"}]
         elif key == "weight" and value.isdigit():
             extender["weight"] = int(value)
-        elif key == "picks" and value == "off":
-            pass  # the extender's flags: ``extender_overlay_args``
+        elif (key == "picks" and value == "off") or (key == "tls" and value in TLS_KEYS):
+            pass  # the extender's flags and TLS: ``extender_overlay_args``, ``extender_tls``
         else:
             raise ValueError(
-                f"--extender-config {spec!r}: unknown override {item!r} (pct=N, scores=none, weight=N, picks=off)"
+                f"--extender-config {spec!r}: unknown override {item!r} "
+                f"(pct=N, scores=none, weight=N, picks=off, tls={'|'.join(TLS_KEYS)})"
             )
     return config
+
+
+#: ``tls=KEY`` in ``--extender-config``: the extender served with mutual TLS as ``deploy/tls``
+#: configures it, with certificates of this key type (``bench.connections.make_certificates``).
+TLS_KEYS = ("rsa", "ec")
+
+
+@dataclass(frozen=True)
+class ExtenderTls:
+    """The files of a run with ``tls=KEY``: made for it, in its logs folder."""
+
+    files: dict[str, Path]
+
+    @property
+    def server_args(self) -> list[str]:
+        """The extender's flags, as ``deploy/tls`` gives them (client certificates required)."""
+        files = self.files
+        return [
+            "--tls-cert-file", str(files["server_cert"]), "--tls-key-file", str(files["server_key"]),
+            "--tls-client-ca-file", str(files["ca"]),
+        ]  # fmt: skip
+
+    @property
+    def scheduler_tls_config(self) -> dict[str, Any]:
+        """kube-scheduler's ``tlsConfig`` for the extender, as ``deploy/tls`` writes it."""
+        files = self.files
+        return {
+            "insecure": False,
+            "caFile": str(files["ca"]),
+            "certFile": str(files["client_cert"]),
+            "keyFile": str(files["client_key"]),
+        }
+
+    def client_context(self) -> ssl.SSLContext:
+        """The bench's own client side (readiness, metrics), with the same client certificate."""
+        context = ssl.create_default_context(cafile=str(self.files["ca"]))
+        context.load_cert_chain(str(self.files["client_cert"]), str(self.files["client_key"]))
+        return context
+
+
+def extender_tls(spec: str, folder: Path) -> ExtenderTls | None:
+    """With ``tls=KEY`` among the spec's overrides: certificates made in ``folder`` (created)."""
+    from bench.connections import make_certificates
+
+    keys = [item.partition("=")[2] for item in spec.partition(":")[2].split(",") if item.startswith("tls=")]
+    if not keys:
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    return ExtenderTls(make_certificates(folder, keys[-1]))
 
 
 def extender_overlay_args(spec: str) -> list[str]:
@@ -1008,8 +1082,8 @@ def _slug(spec: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", spec.lower()).strip("-")
 
 
-def _http_text(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as answer:
+def _http_text(url: str, context: ssl.SSLContext | None = None) -> str:
+    with urllib.request.urlopen(url, timeout=30, context=context) as answer:
         return str(answer.read().decode())
 
 

@@ -4,6 +4,8 @@ time per attempt read from its metrics, and the check of a run's pods and claims
 
 from __future__ import annotations
 
+import ssl
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,6 +14,7 @@ from bench.real_scheduler import (
     extender_counts,
     extender_overlay_args,
     extender_scheduler_config,
+    extender_tls,
     parse_metrics,
     prefill_plan,
     scheduler_breakdown,
@@ -39,7 +42,26 @@ def test_an_extender_run_gets_the_flags_its_overlay_adds_to_the_base() -> None:
     assert extender_scheduler_config("large-cluster:picks=off") == extender_scheduler_config("large-cluster")
 
 
-@pytest.mark.parametrize("spec", ["nowhere", "base:pct=101", "base:scores=some", "base:speed=2", ":pct=10"])
+def test_an_extender_run_with_tls_gets_certificates_and_both_sides_configured(tmp_path: Path) -> None:
+    """``tls=KEY``: certificates made for the run; the extender's flags and kube-scheduler's
+    ``tlsConfig`` as ``deploy/tls`` has them (client certificates required, a CA to verify)."""
+    assert extender_tls("large-cluster", tmp_path / "none") is None
+    assert extender_scheduler_config("large-cluster:tls=ec") == extender_scheduler_config("large-cluster")
+    assert extender_overlay_args("large-cluster:tls=ec") == ["--filter-picks-node"]
+    tls = extender_tls("large-cluster:pct=20,tls=ec", tmp_path / "tls")
+    assert tls is not None
+    args = dict(zip(tls.server_args[::2], tls.server_args[1::2], strict=True))
+    assert set(args) == {"--tls-cert-file", "--tls-key-file", "--tls-client-ca-file"}
+    assert all(Path(path).is_file() for path in args.values())
+    config = tls.scheduler_tls_config
+    assert config["insecure"] is False and config["caFile"] == args["--tls-client-ca-file"]
+    assert Path(config["certFile"]).is_file() and Path(config["keyFile"]).is_file()
+    assert tls.client_context().verify_mode == ssl.CERT_REQUIRED
+
+
+@pytest.mark.parametrize(
+    "spec", ["nowhere", "base:pct=101", "base:scores=some", "base:speed=2", ":pct=10", "base:tls=dsa"]
+)
 def test_a_bad_extender_config_is_refused_with_its_name(spec: str) -> None:
     with pytest.raises(ValueError, match="--extender-config"):
         extender_scheduler_config(spec)

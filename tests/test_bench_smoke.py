@@ -89,3 +89,25 @@ def test_sampled_stream_with_picks_never_prioritizes() -> None:
     scored = run_stream(40, 4, 40, 10, seed=1, picks=False)
     assert (picked.bound, picked.prioritized) == (40, 0)
     assert (scored.bound, scored.prioritized) == (40, 40)
+
+
+def test_connections_bench_serves_each_mode_and_prints_its_table(capsys: pytest.CaptureFixture[str]) -> None:
+    """``python -m bench.connections`` with a few requests: the extender served plain and with
+    client certificates (certificates it made), each reached over kept and new connections (a
+    refused handshake or a non-200 answer raises), and one table row per mode."""
+    from bench import connections
+
+    assert connections.main(["--requests", "3", "--modes", "http,mtls", "--keys", "ec"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("Python ") and "SSL" in lines[0]
+    rows = [line for line in lines if line.startswith("| ") and not line.startswith("| mode")]
+    assert [row.split("|")[1].strip() for row in rows] == ["plain HTTP", "HTTPS, client certificates (`deploy/tls`)"]
+    assert all(row.split("|")[3].strip() == "3" for row in rows)
+
+
+def test_the_connections_bench_refuses_what_it_cannot_measure() -> None:
+    from bench import connections
+
+    for argv in (["--requests", "0"], ["--modes", "h2"], ["--keys", "dsa"]):
+        with pytest.raises(SystemExit):
+            connections.main(argv)

@@ -16,6 +16,8 @@ only once it is first used.
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from collections.abc import Iterator
 from typing import Generic, TypeVar
 
@@ -113,12 +115,36 @@ class Metrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
+        self.connections = Counter(
+            "http_connections",
+            "Client connections that carried at least one request. kube-scheduler keeps two idle "
+            "connections to an extender and opens one for each request beyond them.",
+            namespace=NAMESPACE,
+            registry=self.registry,
+        )
+        # the connections (their transports) counted already; a closed one leaves with its transport
+        self._connections_seen: weakref.WeakSet[object] = weakref.WeakSet()
         self.registry.register(_StateCollector(service))
         self.request_seconds_by = Labelled(self.request_seconds)
         self.filter_nodes_by = Labelled(self.filter_nodes)
         self.binds_by = Labelled(self.binds)
         self.errors_by = Labelled(self.errors)
         self.bad_requests_by = Labelled(self.bad_requests)
+
+    def count_connection(self, transport: asyncio.BaseTransport) -> None:
+        """A request arrived on ``transport``: counted once per connection. A connection is known
+        by its TLS object where it has one (uvloop's TLS transports cannot be weakly referenced),
+        else by its transport; one that can be known by neither is not counted (a metric never
+        fails a request)."""
+        connection = transport.get_extra_info("ssl_object") or transport
+        seen = self._connections_seen
+        try:
+            if connection in seen:
+                return
+            seen.add(connection)
+        except TypeError:
+            return
+        self.connections.inc()
 
     def observe_filter(self, *, passed: int, failed: int, unresolvable: int) -> None:
         by = self.filter_nodes_by

@@ -122,6 +122,10 @@ async def request_middleware(request: web.Request, handler: Handler) -> web.Stre
     request_id = offered if offered and _REQUEST_ID.match(offered) else os.urandom(16).hex()
     verb = route_name(request)
     start = time.perf_counter()
+    metrics = request.app[METRICS]
+    transport = request.transport
+    if transport is not None:
+        metrics.count_connection(transport)
     id_token = _REQUEST_ID_VAR.set(request_id)
     verb_token = _VERB_VAR.set(verb)
     try:
@@ -140,7 +144,7 @@ async def request_middleware(request: web.Request, handler: Handler) -> web.Stre
             response = _crashed(request, verb, exc)
     finally:
         if verb is not None:
-            request.app[METRICS].request_seconds_by(verb).observe(time.perf_counter() - start)
+            metrics.request_seconds_by(verb).observe(time.perf_counter() - start)
         _VERB_VAR.reset(verb_token)
         _REQUEST_ID_VAR.reset(id_token)
     response.headers[REQUEST_ID_HEADER] = request_id

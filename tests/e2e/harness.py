@@ -20,6 +20,7 @@ import itertools
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -62,10 +63,13 @@ class Extender:
     popen: subprocess.Popen[bytes] | None = None
     #: The checkout whose code runs (the benchmarks' "before" side, ``BENCH_EXTENDER_ROOT``).
     root: Path = ROOT
+    #: Served over HTTPS (``args`` carry the ``--tls-*`` flags): the client side of its TLS, with
+    #: the client certificate where the extender asks for one.
+    tls: ssl.SSLContext | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls is not None else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, *, timeout: float = 120.0) -> Extender:
         """Started and ready (every watch synced); a bound of ``timeout`` against a hang."""
@@ -89,7 +93,7 @@ class Extender:
 
     def status(self, path: str) -> int:
         try:
-            with urllib.request.urlopen(self.url + path, timeout=10) as answer:
+            with urllib.request.urlopen(self.url + path, timeout=10, context=self.tls) as answer:
                 return int(answer.status)
         except urllib.error.HTTPError as exc:
             return int(exc.code)
@@ -97,7 +101,7 @@ class Extender:
             return 0
 
     def get(self, path: str) -> Any:
-        with urllib.request.urlopen(self.url + path, timeout=30) as answer:
+        with urllib.request.urlopen(self.url + path, timeout=30, context=self.tls) as answer:
             return json.loads(answer.read())
 
     def tail(self, lines: int = 40) -> str:

@@ -544,3 +544,22 @@ async def test_warm_caches_are_frozen_and_young_objects_collected_less_often(mak
     status, _ = await post(client, "/filter", {"Pod": pod(), "NodeNames": ["node-1"]})
     assert status == 200
     assert gc.get_threshold() == GC_THRESHOLDS and gc.get_freeze_count() > 0
+
+
+async def test_each_connection_is_counted_once_whatever_it_carries(client: Client) -> None:
+    """``dra_extender_http_connections_total``: kube-scheduler's connection churn made visible
+    (two requests on one kept connection count one; another connection counts again)."""
+    import aiohttp
+
+    url = str(client.make_url("/"))
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as first:
+        for _ in range(2):
+            async with first.get(url + "healthz") as response:
+                assert response.status == 200
+                await response.read()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1)) as second:
+        async with second.get(url + "healthz") as response:
+            await response.read()
+        async with second.get(url + "metrics") as response:
+            text = await response.text()
+    assert "dra_extender_http_connections_total 2.0" in text.splitlines()

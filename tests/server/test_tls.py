@@ -105,3 +105,50 @@ async def test_mutual_tls_needs_a_client_certificate(aiohttp_server: Any, pki: P
         with pytest.raises(aiohttp.ClientError):
             async with session.get(url, ssl=_client_context(pki, with_cert=False)) as response:
                 await response.read()
+
+
+@pytest.mark.parametrize("loop_name", ["uvloop", "asyncio"])
+def test_connections_over_tls_are_served_and_counted_on_either_loop(pki: Path, loop_name: str) -> None:
+    """Every request passes the connection counter (``dra_extender_http_connections_total``),
+    whose way of knowing a connection must hold for each loop's TLS transport: uvloop's cannot be
+    weakly referenced. Two requests on one connection, one on another: 2."""
+    from aiohttp import web
+
+    from extender.server.eventloop import event_loop_name, new_event_loop
+
+    if event_loop_name(loop_name) != loop_name:
+        pytest.skip(f"{loop_name} is not available here")
+    settings = ServerSettings(
+        tls_cert_file=str(pki / "server.pem"),
+        tls_key_file=str(pki / "server.key"),
+        tls_client_ca_file=str(pki / "ca.pem"),
+    )
+
+    async def scenario() -> str:
+        runner = web.AppRunner(create_app(FakeService().as_service(), settings))
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=ssl_context(settings))
+        await site.start()
+        port = runner.addresses[0][1]
+        client = _client_context(pki, with_cert=True)
+        try:
+            async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1, ssl=client)) as first:
+                for _ in range(2):
+                    async with first.get(f"https://127.0.0.1:{port}/healthz") as response:
+                        assert response.status == 200
+                        await response.read()
+            async with (
+                aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=1, ssl=client)) as second,
+                second.get(f"https://127.0.0.1:{port}/metrics") as response,
+            ):
+                assert response.status == 200
+                return await response.text()
+        finally:
+            await runner.cleanup()
+
+    loop, _ = new_event_loop(loop_name)
+    try:
+        text = loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    assert "dra_extender_http_connections_total 2.0" in text.splitlines()
