@@ -48,6 +48,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from bench.common import cpu_seconds, free_port
+from extender.tlsverify import as_kubernetes_verifies
 
 __all__ = ["MODES", "Row", "main", "measure", "table"]
 
@@ -75,6 +76,8 @@ PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
 
 def _key(kind: str) -> PrivateKey:
+    if kind not in KEYS:
+        raise ValueError(f"key type must be one of {', '.join(KEYS)}, not {kind!r}")
     return ec.generate_private_key(ec.SECP256R1()) if kind == "ec" else rsa.generate_private_key(65537, 2048)
 
 
@@ -95,9 +98,29 @@ def _issue(
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
     )
+    # what a strict verifier (RFC 5280; Python 3.13's default) asks of every certificate
+    builder = builder.add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    builder = builder.add_extension(
+        x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False
+    )
     for extension in extensions:
-        builder = builder.add_extension(extension, critical=isinstance(extension, x509.BasicConstraints))
+        critical = isinstance(extension, (x509.BasicConstraints, x509.KeyUsage))
+        builder = builder.add_extension(extension, critical=critical)
     return builder.sign(signer, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
+
+
+def _usage(*, sign_certificates: bool, rsa_key: bool) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=rsa_key and not sign_certificates,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=sign_certificates,
+        crl_sign=sign_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
 
 
 def make_certificates(folder: Path, kind: str) -> dict[str, Path]:
@@ -106,17 +129,25 @@ def make_certificates(folder: Path, kind: str) -> dict[str, Path]:
     ``client_key``)."""
     ca_key, server_key, client_key = _key(kind), _key(kind), _key(kind)
     server_san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    ca_usage = _usage(sign_certificates=True, rsa_key=kind == "rsa")
+    leaf_usage = _usage(sign_certificates=False, rsa_key=kind == "rsa")
     pems = {
-        "ca": _issue("bench-ca", ca_key, "bench-ca", ca_key, [x509.BasicConstraints(ca=True, path_length=None)]),
+        "ca": _issue(
+            "bench-ca", ca_key, "bench-ca", ca_key, [x509.BasicConstraints(ca=True, path_length=None), ca_usage]
+        ),
         "server_cert": _issue(
             "bench-server",
             server_key,
             "bench-ca",
             ca_key,
-            [server_san, x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH])],
+            [server_san, leaf_usage, x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH])],
         ),
         "client_cert": _issue(
-            "bench-client", client_key, "bench-ca", ca_key, [x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH])]
+            "bench-client",
+            client_key,
+            "bench-ca",
+            ca_key,
+            [leaf_usage, x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH])],
         ),
     }
     for role, key in (("server_key", server_key), ("client_key", client_key)):
@@ -145,7 +176,8 @@ def _server_args(mode: str, files: dict[str, Path]) -> list[str]:
 def _client_context(mode: str, files: dict[str, Path]) -> ssl.SSLContext | None:
     if mode == "http":
         return None
-    context = ssl.create_default_context(cafile=str(files["ca"]))
+    # kube-scheduler's side: Go's verification, whatever Python runs this
+    context = as_kubernetes_verifies(ssl.create_default_context(cafile=str(files["ca"])))
     if mode == "mtls":
         context.load_cert_chain(str(files["client_cert"]), str(files["client_key"]))
     return context

@@ -273,7 +273,7 @@ EXTENDER_COUNTERS = {
 #: The connections kube-scheduler opened to the extender during a run (``dra_extender_http_connections_total``
 #: at the end less at the start, less the bench's own scrape): one per request beyond the two idle
 #: connections its transport keeps (``bench/connections.py``).
-CONNECTIONS_OPENED = "connections kube-scheduler opened to the extender"
+CONNECTIONS_OPENED = "connections kube-scheduler opened to the extender (that carried a request)"
 CONNECTIONS_METRIC = "dra_extender_http_connections_total"
 
 
@@ -1041,7 +1041,9 @@ class ExtenderTls:
 
     def client_context(self) -> ssl.SSLContext:
         """The bench's own client side (readiness, metrics), with the same client certificate."""
-        context = ssl.create_default_context(cafile=str(self.files["ca"]))
+        from extender.tlsverify import as_kubernetes_verifies
+
+        context = as_kubernetes_verifies(ssl.create_default_context(cafile=str(self.files["ca"])))
         context.load_cert_chain(str(self.files["client_cert"]), str(self.files["client_key"]))
         return context
 

@@ -10,6 +10,7 @@ import ssl
 from dataclasses import dataclass
 
 from extender.server.eventloop import EVENT_LOOPS
+from extender.tlsverify import as_kubernetes_verifies
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "ServerSettings", "normalize_prefix", "parse_listen", "ssl_context"]
 
@@ -81,7 +82,7 @@ def ssl_context(settings: ServerSettings) -> ssl.SSLContext | None:
     unreadable or mismatched files."""
     if not settings.tls_cert_file or not settings.tls_key_file:
         return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context = as_kubernetes_verifies(ssl.create_default_context(ssl.Purpose.CLIENT_AUTH))
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(settings.tls_cert_file, settings.tls_key_file)
     if settings.tls_client_ca_file:

@@ -104,14 +104,18 @@ def secret_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("openssl command not available")
     d = tmp_path_factory.mktemp("dra-extender-tls")
     _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=dra-extender-ca",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign",
              "-keyout", "ca.key", "-out", "ca.crt", cwd=d)  # fmt: skip
-    (d / "server.ext").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n")
-    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    usage = "keyUsage=critical,digitalSignature,keyEncipherment\n"
+    (d / "server.ext").write_text(f"subjectAltName=IP:127.0.0.1,DNS:localhost\n{usage}extendedKeyUsage=serverAuth\n")
+    (d / "client.ext").write_text(f"{usage}extendedKeyUsage=clientAuth\n")
     for name in ("server", "client"):
         _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN=dra-extender-{name}",
                  "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)  # fmt: skip
         _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
                  "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.crt", cwd=d)  # fmt: skip
+    # the recipe's certificates pass the strict checks too (docs/deploy.md says so)
+    _openssl("verify", "-x509_strict", "-CAfile", "ca.crt", "server.crt", "client.crt", cwd=d)
     return d
 
 

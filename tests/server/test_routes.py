@@ -563,3 +563,27 @@ async def test_each_connection_is_counted_once_whatever_it_carries(client: Clien
         async with second.get(url + "metrics") as response:
             text = await response.text()
     assert "dra_extender_http_connections_total 2.0" in text.splitlines()
+
+
+def test_a_connection_the_counter_cannot_know_is_left_uncounted_and_fails_nothing() -> None:
+    """``Metrics.count_connection`` knows a connection by its TLS object, else its transport, both
+    weakly held; an object neither of which can be weakly referenced is not counted (the request
+    goes on)."""
+    from extender.server.metrics import Metrics
+
+    class Unknowable:
+        __slots__ = ()
+
+        def get_extra_info(self, name: str) -> None:
+            return None
+
+    class Transport:
+        def get_extra_info(self, name: str) -> None:
+            return None
+
+    metrics = Metrics(FakeService().as_service())
+    metrics.count_connection(Unknowable())  # type: ignore[arg-type]
+    kept = Transport()
+    metrics.count_connection(kept)  # type: ignore[arg-type]
+    metrics.count_connection(kept)  # type: ignore[arg-type]
+    assert metrics.registry.get_sample_value("dra_extender_http_connections_total") == 1

@@ -15,6 +15,7 @@ import pytest
 
 from extender.server import ServerSettings, create_app
 from extender.server.settings import normalize_prefix, parse_listen, ssl_context
+from extender.tlsverify import as_kubernetes_verifies
 from tests.server.fakes import FakeService
 
 
@@ -76,7 +77,8 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _client_context(pki: Path, *, with_cert: bool) -> ssl.SSLContext:
-    context = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    """kube-scheduler's side: Go's verification (on Python 3.13 the default context is stricter)."""
+    context = as_kubernetes_verifies(ssl.create_default_context(cafile=str(pki / "ca.pem")))
     if with_cert:
         context.load_cert_chain(str(pki / "client.pem"), str(pki / "client.key"))
     return context
@@ -152,3 +154,33 @@ def test_connections_over_tls_are_served_and_counted_on_either_loop(pki: Path, l
     finally:
         loop.close()
     assert "dra_extender_http_connections_total 2.0" in text.splitlines()
+
+
+def _verifies_as_go(context: ssl.SSLContext) -> bool:
+    return not context.verify_flags & ssl.VERIFY_X509_STRICT and bool(
+        context.verify_flags & ssl.VERIFY_X509_PARTIAL_CHAIN
+    )
+
+
+def test_the_api_servers_certificate_is_verified_as_kubernetes_verifies_it() -> None:
+    """Python 3.13 made ``create_default_context`` strict (RFC 5280 checks that Go's crypto/x509,
+    kubectl's and kube-scheduler's, does not make: a CA without keyUsage is refused) and trusting of
+    partial chains; 3.11 and 3.12 do neither. The kube backend verifies as Go does on each
+    (``extender.tlsverify``)."""
+    from extender.backends.kube.config import ClusterConfig
+
+    context = ClusterConfig(host="https://127.0.0.1:6443").ssl_context()
+    assert isinstance(context, ssl.SSLContext) and _verifies_as_go(context)
+
+
+def test_the_client_certificate_check_is_go_s_on_every_python(pki: Path) -> None:
+    """The same for kube-scheduler's client certificate: the fixture's CA, made as docs/deploy.md's
+    recipe makes it (``openssl req -x509``: no keyUsage), is refused by a strict check, so the mutual
+    TLS tests above fail on Python 3.13 where the extender leaves the check to Python."""
+    settings = ServerSettings(
+        tls_cert_file=str(pki / "server.pem"),
+        tls_key_file=str(pki / "server.key"),
+        tls_client_ca_file=str(pki / "ca.pem"),
+    )
+    context = ssl_context(settings)
+    assert context is not None and context.verify_mode == ssl.CERT_REQUIRED and _verifies_as_go(context)

@@ -157,6 +157,12 @@ async def test_a_bind_settles_its_own_ledger_entries_and_leaves_the_others_to_re
         raw["metadata"]["uid"] = "re-created"  # the store now shows another claim of that name
         svc.store.upsert(raw)
 
+    async def settle_the_unchecked(_operation: str) -> None:
+        # the finalizer write, before c1 is allocated: c1's entry is looked at (and kept) here, so
+        # only the bind's own claims, named at its end, can settle it there
+        svc.cluster.refresh()
+
+    svc.backend.faults.hook("update_claim", settle_the_unchecked)  # type: ignore[attr-defined]
     svc.backend.faults.hook("bind_pod", recreate_c2)  # type: ignore[attr-defined]
     await svc.bind("default", "a", "uid-a", "node-1")
     assert svc.ledger.get("default/c1") is None  # the bind's own entry: settled by the bind

@@ -22,6 +22,8 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
+from extender.tlsverify import as_kubernetes_verifies
+
 from .credentials import NO_CREDENTIALS, Credentials, ExecPlugin, StaticHeader, TokenFile, header_value
 
 __all__ = ["SERVICE_ACCOUNT_DIR", "ClusterConfig", "load_cluster_config"]
@@ -59,7 +61,7 @@ class ClusterConfig:
         """False for plain http; otherwise a context with the cluster CA and client certificate."""
         if not self.host.startswith("https"):
             return False
-        context = ssl.create_default_context(cafile=self.ca_file)
+        context = as_kubernetes_verifies(ssl.create_default_context(cafile=self.ca_file))
         if self.cert_file:
             context.load_cert_chain(self.cert_file, self.key_file)
         if not self.verify_tls:

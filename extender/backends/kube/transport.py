@@ -27,6 +27,8 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from extender.tlsverify import as_kubernetes_verifies
+
 __all__ = ["ConnectionLost", "HttpPool", "Response"]
 
 #: Methods sent again after a reused connection closed on them before answering (safe methods:
@@ -143,7 +145,9 @@ class HttpPool:
         self._host_header = (host_header if default_port else f"{host_header}:{self.port}").encode()
         if parts.scheme == "https":
             self._ssl: ssl.SSLContext | None = (
-                ssl_context if isinstance(ssl_context, ssl.SSLContext) else ssl.create_default_context()
+                ssl_context
+                if isinstance(ssl_context, ssl.SSLContext)
+                else as_kubernetes_verifies(ssl.create_default_context())
             )
         else:
             self._ssl = None
