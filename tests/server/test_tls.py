@@ -174,9 +174,10 @@ def test_the_api_servers_certificate_is_verified_as_kubernetes_verifies_it() -> 
 
 
 def test_the_client_certificate_check_is_go_s_on_every_python(pki: Path) -> None:
-    """The same for kube-scheduler's client certificate: the fixture's CA, made as docs/deploy.md's
-    recipe makes it (``openssl req -x509``: no keyUsage), is refused by a strict check, so the mutual
-    TLS tests above fail on Python 3.13 where the extender leaves the check to Python."""
+    """The same for kube-scheduler's client certificate: the fixture's CA, made by ``openssl req
+    -x509`` without ``-addext`` (no keyUsage), is refused by a strict check, so the mutual TLS tests
+    above fail on Python 3.13 where the extender leaves the check to Python (the next test plays that
+    on any Python)."""
     settings = ServerSettings(
         tls_cert_file=str(pki / "server.pem"),
         tls_key_file=str(pki / "server.key"),
@@ -184,3 +185,34 @@ def test_the_client_certificate_check_is_go_s_on_every_python(pki: Path) -> None
     )
     context = ssl_context(settings)
     assert context is not None and context.verify_mode == ssl.CERT_REQUIRED and _verifies_as_go(context)
+
+
+async def test_a_ca_without_key_usage_is_accepted_where_python_would_be_strict(
+    aiohttp_server: Any, pki: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Python 3.13's strict default, played on any Python: the extender's context starts strict, and
+    kube-scheduler's client certificate from the fixture's CA (no keyUsage, which Go accepts) still
+    gets through."""
+    import extender.server.settings as settings_module
+
+    python_default = ssl.create_default_context
+
+    def strict_default(*args: Any, **kwargs: Any) -> ssl.SSLContext:
+        context = python_default(*args, **kwargs)
+        context.verify_flags |= ssl.VERIFY_X509_STRICT
+        return context
+
+    monkeypatch.setattr(settings_module.ssl, "create_default_context", strict_default)
+    settings = ServerSettings(
+        tls_cert_file=str(pki / "server.pem"),
+        tls_key_file=str(pki / "server.key"),
+        tls_client_ca_file=str(pki / "ca.pem"),
+    )
+    context = ssl_context(settings)
+    monkeypatch.undo()
+    server = await aiohttp_server(create_app(FakeService().as_service(), settings), ssl=context)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"https://127.0.0.1:{server.port}/healthz", ssl=_client_context(pki, with_cert=True)) as answer,
+    ):
+        assert answer.status == 200
