@@ -122,7 +122,7 @@ class Metrics:
             namespace=NAMESPACE,
             registry=self.registry,
         )
-        # the connections (their transports) counted already; a closed one leaves with its transport
+        # the connections counted already (their TLS objects or transports, weakly: one leaves as it closes)
         self._connections_seen: weakref.WeakSet[object] = weakref.WeakSet()
         self.registry.register(_StateCollector(service))
         self.request_seconds_by = Labelled(self.request_seconds)
