@@ -27,9 +27,7 @@ Timings are printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import datetime
 import http.client
-import ipaddress
 import os
 import platform
 import ssl
@@ -42,19 +40,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
 from bench.common import cpu_seconds, free_port
 from extender.tlsverify import as_kubernetes_verifies
+from tests.controlplane.pki import KEY_TYPES, Authority
 
-__all__ = ["MODES", "Row", "main", "measure", "table"]
+__all__ = ["MODES", "Row", "client_context", "main", "make_certificates", "measure", "server_args", "table"]
 
 #: plain HTTP, HTTPS, HTTPS with client certificates (mutual TLS, what ``deploy/tls`` configures)
 MODES = ("http", "https", "mtls")
-KEYS = ("ec", "rsa")
+KEYS = KEY_TYPES
 
 
 @dataclass(frozen=True)
@@ -72,99 +66,28 @@ class Row:
 
 # --- certificates ---------------------------------------------------------------------------------
 
-PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
-
-
-def _key(kind: str) -> PrivateKey:
-    if kind not in KEYS:
-        raise ValueError(f"key type must be one of {', '.join(KEYS)}, not {kind!r}")
-    return ec.generate_private_key(ec.SECP256R1()) if kind == "ec" else rsa.generate_private_key(65537, 2048)
-
-
-def _name(common: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-
-def _issue(
-    subject: str, key: PrivateKey, issuer: str, signer: PrivateKey, extensions: Sequence[x509.ExtensionType]
-) -> bytes:
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(subject))
-        .issuer_name(_name(issuer))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-    )
-    # what a strict verifier (RFC 5280; Python 3.13's default) asks of every certificate
-    builder = builder.add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-    builder = builder.add_extension(
-        x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False
-    )
-    for extension in extensions:
-        critical = isinstance(extension, (x509.BasicConstraints, x509.KeyUsage))
-        builder = builder.add_extension(extension, critical=critical)
-    return builder.sign(signer, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
-
-
-def _usage(*, sign_certificates: bool, rsa_key: bool) -> x509.KeyUsage:
-    return x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        key_encipherment=rsa_key and not sign_certificates,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=sign_certificates,
-        crl_sign=sign_certificates,
-        encipher_only=False,
-        decipher_only=False,
-    )
-
 
 def make_certificates(folder: Path, kind: str) -> dict[str, Path]:
     """A CA, a server certificate for IP 127.0.0.1 and a client certificate, all of key type
-    ``kind``; returns the PEM files by role (``ca``, ``server_cert``, ``server_key``, ``client_cert``,
-    ``client_key``)."""
-    ca_key, server_key, client_key = _key(kind), _key(kind), _key(kind)
-    server_san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
-    ca_usage = _usage(sign_certificates=True, rsa_key=kind == "rsa")
-    leaf_usage = _usage(sign_certificates=False, rsa_key=kind == "rsa")
-    pems = {
-        "ca": _issue(
-            "bench-ca", ca_key, "bench-ca", ca_key, [x509.BasicConstraints(ca=True, path_length=None), ca_usage]
-        ),
-        "server_cert": _issue(
-            "bench-server",
-            server_key,
-            "bench-ca",
-            ca_key,
-            [server_san, leaf_usage, x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH])],
-        ),
-        "client_cert": _issue(
-            "bench-client",
-            client_key,
-            "bench-ca",
-            ca_key,
-            [leaf_usage, x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH])],
-        ),
+    ``kind`` (``tests/controlplane/pki.py``'s ``Authority``); returns the PEM files by role (``ca``,
+    ``server_cert``, ``server_key``, ``client_cert``, ``client_key``)."""
+    ca = Authority(folder, "ca", "bench-ca", key_type=kind)
+    server = ca.issue("server", "bench-server", server=True, hosts=("127.0.0.1",))
+    client = ca.issue("client", "bench-client")
+    return {
+        "ca": ca.pair.cert,
+        "server_cert": server.cert,
+        "server_key": server.key,
+        "client_cert": client.cert,
+        "client_key": client.key,
     }
-    for role, key in (("server_key", server_key), ("client_key", client_key)):
-        pems[role] = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    files = {}
-    for role, pem in pems.items():
-        files[role] = folder / f"{role}.pem"
-        files[role].write_bytes(pem)
-    return files
 
 
 # --- one row --------------------------------------------------------------------------------------
 
 
-def _server_args(mode: str, files: dict[str, Path]) -> list[str]:
+def server_args(mode: str, files: dict[str, Path]) -> list[str]:
+    """The extender's ``--tls-*`` flags for ``mode`` (``mtls``: as ``deploy/tls`` gives them)."""
     if mode == "http":
         return []
     args = ["--tls-cert-file", str(files["server_cert"]), "--tls-key-file", str(files["server_key"])]
@@ -173,7 +96,8 @@ def _server_args(mode: str, files: dict[str, Path]) -> list[str]:
     return args
 
 
-def _client_context(mode: str, files: dict[str, Path]) -> ssl.SSLContext | None:
+def client_context(mode: str, files: dict[str, Path]) -> ssl.SSLContext | None:
+    """kube-scheduler's side of ``mode``: its CA and, for ``mtls``, its client certificate."""
     if mode == "http":
         return None
     # kube-scheduler's side: Go's verification, whatever Python runs this
@@ -221,10 +145,10 @@ def _server_cpu_per_request(pid: int, requests: int, send: Callable[[], None]) -
 def measure(mode: str, key: str, requests: int, folder: Path) -> Row:
     """One row: the server's CPU per request over a kept connection and over new ones."""
     files = make_certificates(folder, key) if mode != "http" else {}
-    context = _client_context(mode, files)
+    context = client_context(mode, files)
     port = free_port()
     command = [sys.executable, "-m", "extender", "serve", "--demo", "--listen", f"127.0.0.1:{port}"]
-    command += ["--log-level", "warning", *_server_args(mode, files)]
+    command += ["--log-level", "warning", *server_args(mode, files)]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_ready(port, context, process)

@@ -75,6 +75,7 @@ import orjson
 
 from bench import cluster_gen
 from bench.common import cpu_seconds, extender_root, percentile
+from tests.controlplane.pki import KEY_TYPES
 
 __all__ = ["PROCESSES", "RealRun", "detail_table", "main", "run", "summary_table"]
 
@@ -1010,7 +1011,7 @@ def extender_scheduler_config(spec: str) -> dict[str, Any]:
 
 #: ``tls=KEY`` in ``--extender-config``: the extender served with mutual TLS as ``deploy/tls``
 #: configures it, with certificates of this key type (``bench.connections.make_certificates``).
-TLS_KEYS = ("rsa", "ec")
+TLS_KEYS = KEY_TYPES
 
 
 @dataclass(frozen=True)
@@ -1022,11 +1023,9 @@ class ExtenderTls:
     @property
     def server_args(self) -> list[str]:
         """The extender's flags, as ``deploy/tls`` gives them (client certificates required)."""
-        files = self.files
-        return [
-            "--tls-cert-file", str(files["server_cert"]), "--tls-key-file", str(files["server_key"]),
-            "--tls-client-ca-file", str(files["ca"]),
-        ]  # fmt: skip
+        from bench.connections import server_args
+
+        return server_args("mtls", self.files)
 
     @property
     def scheduler_tls_config(self) -> dict[str, Any]:
@@ -1041,10 +1040,10 @@ class ExtenderTls:
 
     def client_context(self) -> ssl.SSLContext:
         """The bench's own client side (readiness, metrics), with the same client certificate."""
-        from extender.tlsverify import as_kubernetes_verifies
+        from bench.connections import client_context
 
-        context = as_kubernetes_verifies(ssl.create_default_context(cafile=str(self.files["ca"])))
-        context.load_cert_chain(str(self.files["client_cert"]), str(self.files["client_key"]))
+        context = client_context("mtls", self.files)
+        assert context is not None
         return context
 
 

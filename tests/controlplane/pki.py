@@ -1,7 +1,8 @@
 """A throwaway PKI for a loopback control plane, made with ``cryptography`` (no openssl calls, no
 hand-written ASN.1): a cluster CA, the API server's serving certificate, client certificates for the
 components and for tests (``O=system:masters`` for cluster-admin), a front-proxy CA, and the service
-account signing key pair. EC P-256 keys: fast to make (milliseconds), accepted by every component.
+account signing key pair. EC P-256 keys: fast to make (milliseconds), accepted by every component
+(``Authority`` makes RSA 2048 ones too, for the benchmarks' TLS comparisons).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["Authority", "KeyPair", "make_pki"]
+__all__ = ["KEY_TYPES", "Authority", "KeyPair", "make_pki"]
 
 _VALID = datetime.timedelta(days=30)
 
@@ -29,11 +30,18 @@ class KeyPair:
     key: Path
 
 
-def _new_key() -> ec.EllipticCurvePrivateKey:
-    return ec.generate_private_key(ec.SECP256R1())
+#: The key types ``Authority`` makes: EC P-256 (the default), RSA 2048.
+KEY_TYPES = ("ec", "rsa")
+PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 
 
-def _write_key(key: ec.EllipticCurvePrivateKey, path: Path) -> None:
+def _new_key(key_type: str = "ec") -> PrivateKey:
+    if key_type not in KEY_TYPES:
+        raise ValueError(f"key type must be one of {', '.join(KEY_TYPES)}, not {key_type!r}")
+    return ec.generate_private_key(ec.SECP256R1()) if key_type == "ec" else rsa.generate_private_key(65537, 2048)
+
+
+def _write_key(key: PrivateKey, path: Path) -> None:
     path.write_bytes(
         key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
@@ -60,12 +68,14 @@ _CA_USAGE = x509.KeyUsage(
 
 
 class Authority:
-    """A certificate authority that issues serving and client certificates into ``folder``."""
+    """A certificate authority that issues serving and client certificates into ``folder``, its
+    own key and theirs of ``key_type`` (``KEY_TYPES``)."""
 
-    def __init__(self, folder: Path, name: str, common_name: str) -> None:
+    def __init__(self, folder: Path, name: str, common_name: str, *, key_type: str = "ec") -> None:
         self.folder = folder
         self.name = name
-        self._key = _new_key()
+        self.key_type = key_type
+        self._key = _new_key(key_type)
         now = datetime.datetime.now(datetime.UTC)
         subject = _name(common_name)
         self._cert = (
@@ -95,7 +105,7 @@ class Authority:
         hosts: tuple[str, ...] = (),
     ) -> KeyPair:
         """A certificate for ``common_name`` (a user and its groups, or a server with ``hosts``)."""
-        key = _new_key()
+        key = _new_key(self.key_type)
         now = datetime.datetime.now(datetime.UTC)
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = (
